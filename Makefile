@@ -1,0 +1,33 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Each creates .venv when missing,
+# installs torch==2.13.0 first (a CPU wheel lies on this machine's disk) and then torchloom.
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.torchloom-installed
+
+.PHONY: install demo test lint bench clean
+
+$(PYTHON):
+	python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -q torch==2.13.0
+	$(PYTHON) -m pip install -q -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/torchloom demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+bench: $(STAMP)
+	$(PYTHON) -m benchmarks.run --out BENCHMARKS.md
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

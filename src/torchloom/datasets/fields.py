@@ -1,0 +1,236 @@
+"""Declared manifest fields: which columns a ManifestDataset reads and how.
+
+Each field compiles a manifest table into compact per-row storage plus the rows it finds
+invalid (with a reason), once, at dataset construction.
+
+Example:
+    >>> import pyarrow as pa
+    >>> table = pa.table({"defect": ["scratch", "ok", "ok"]})
+    >>> column = Label("defect").compile(table, FieldContext(root="."))
+    >>> column.values.tolist(), column.classes
+    ([1, 0, 0], ['ok', 'scratch'])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from torchloom.errors import ManifestError, PathOutsideRootError
+from torchloom.index import StringColumn
+
+NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
+# How many offending rows an error message names before summarising.
+ROWS_NAMED_IN_ERRORS = 5
+
+
+@dataclass(frozen=True)
+class FieldContext:
+    """What fields need to know beyond the table."""
+
+    root: str
+    allow_outside_root: bool = False
+    check_symlinks: bool = True
+
+
+@dataclass
+class CompiledField:
+    """A field's per-row values and the rows it rejects (row number -> reason)."""
+
+    key: str
+    values: Any
+    invalid: dict[int, str] = field(default_factory=dict)
+    classes: list[Any] | None = None
+
+    def take(self, rows: np.ndarray) -> CompiledField:
+        values = self.values.take(rows) if isinstance(self.values, StringColumn) else self.values[rows]
+        return CompiledField(self.key, values, {}, self.classes)
+
+
+def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
+    """The column ``name``, or a :class:`ManifestError` naming it and the columns that exist."""
+    if name not in table.column_names:
+        raise ManifestError(
+            f"{what} needs column {name!r}, which the manifest lacks; "
+            f"columns present: {table.column_names}"
+        )
+    return table.column(name)
+
+
+def _rows_text(rows: np.ndarray) -> str:
+    named = ", ".join(str(int(row)) for row in rows[:ROWS_NAMED_IN_ERRORS])
+    more = f" and {len(rows) - ROWS_NAMED_IN_ERRORS} more" if len(rows) > ROWS_NAMED_IN_ERRORS else ""
+    return named + more
+
+
+@dataclass(frozen=True)
+class Image:
+    """A column of image paths, relative to the dataset's ``root``; sample key ``key``."""
+
+    column: str
+    key: str = "image"
+
+    def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
+        raw = require_column(table, self.column, f"Image({self.column!r})")
+        if not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
+            raise ManifestError(f"Image column {self.column!r} must hold strings, has {raw.type}")
+        values = raw.to_pylist()
+        invalid: dict[int, str] = {}
+        resolved: list[str] = []
+        root_real = os.path.realpath(context.root)
+        for row, value in enumerate(values):
+            if value is None or value == "":
+                invalid[row] = f"column {self.column!r} is empty"
+                resolved.append("")
+                continue
+            resolved.append(self._resolve(row, value, context, root_real))
+        return CompiledField(self.key, StringColumn.from_strings(resolved), invalid)
+
+    def _resolve(self, row: int, value: str, context: FieldContext, root_real: str) -> str:
+        joined = os.path.join(context.root, value)
+        if context.allow_outside_root:
+            return joined
+        if os.path.isabs(value):
+            raise PathOutsideRootError(row, value, context.root, "is absolute")
+        normal = os.path.normpath(value)
+        if normal == ".." or normal.startswith(".." + os.sep):
+            raise PathOutsideRootError(row, value, context.root, "climbs with '..'")
+        if context.check_symlinks:
+            real = os.path.realpath(joined)
+            if os.path.commonpath([real, root_real]) != root_real:
+                raise PathOutsideRootError(row, value, context.root, f"is a symlink to {real!r}")
+        return joined
+
+
+@dataclass(frozen=True)
+class Label:
+    """A class label column, mapped to integers.
+
+    With ``classes`` given, a label's number is its position there and any other value makes
+    the row invalid. Without, an integer column is used as is (values must be >= 0) and any
+    other column is numbered by its sorted distinct values. Empty labels make the row invalid.
+    """
+
+    column: str
+    classes: Sequence[Any] | None = None
+    key: str = "label"
+
+    def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
+        raw = require_column(table, self.column, f"Label({self.column!r})")
+        values = raw.combine_chunks() if raw.num_chunks else pa.array([], raw.type)
+        invalid = {int(row): f"label column {self.column!r} is empty" for row in
+                   np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))}
+        if self.classes is not None:
+            classes = list(self.classes)
+            try:
+                positions = pc.index_in(values, value_set=pa.array(classes))
+            except pa.ArrowException as exc:
+                raise ManifestError(
+                    f"Label({self.column!r}): classes {classes[:5]} do not match the column type "
+                    f"{values.type} ({exc}); give classes of the column's type"
+                ) from exc
+            unknown = positions.is_null().to_numpy(zero_copy_only=False)
+            for row in np.flatnonzero(unknown):
+                invalid.setdefault(
+                    int(row), f"label {values[int(row)].as_py()!r} is not one of classes {classes}"
+                )
+            labels = positions.fill_null(-1).to_numpy().astype(np.int64)
+        elif pa.types.is_integer(values.type):
+            labels = values.fill_null(-1).to_numpy().astype(np.int64)
+            for row in np.flatnonzero(labels < 0):
+                invalid.setdefault(int(row), f"label {int(labels[row])} is negative")
+            classes = sorted(int(v) for v in pc.unique(values.drop_null()).to_pylist())
+        else:
+            classes = sorted(pc.unique(values.drop_null()).to_pylist())
+            positions = pc.index_in(values, value_set=pa.array(classes, type=values.type))
+            labels = positions.fill_null(-1).to_numpy().astype(np.int64)
+        return CompiledField(self.key, labels, invalid, classes)
+
+
+@dataclass(frozen=True)
+class Numeric:
+    """Numeric columns gathered into one ``float32`` vector per sample.
+
+    ``nan`` says what a missing or NaN value does: ``"raise"`` (a :class:`ManifestError` naming
+    the rows and columns), ``"drop"`` (the row is excluded and reported), ``"mean"`` (the
+    column's mean over valid rows), ``"keep"`` (NaN stays) or a number to put in its place.
+    """
+
+    columns: str | Sequence[str]
+    key: str = "numeric"
+    nan: NanPolicy = "raise"
+
+    def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
+        names = [self.columns] if isinstance(self.columns, str) else list(self.columns)
+        if not names:
+            raise ManifestError("Numeric needs at least one column")
+        matrix = np.empty((table.num_rows, len(names)), dtype=np.float32)
+        for position, name in enumerate(names):
+            raw = require_column(table, name, f"Numeric({name!r})")
+            try:
+                matrix[:, position] = raw.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            except (pa.ArrowException, ValueError) as exc:
+                raise ManifestError(
+                    f"Numeric column {name!r} has type {raw.type} and cannot be read as numbers ({exc})"
+                ) from exc
+        missing = np.isnan(matrix)
+        invalid: dict[int, str] = {}
+        if missing.any():
+            bad_rows = np.flatnonzero(missing.any(axis=1))
+            bad_names = [names[i] for i in np.flatnonzero(missing.any(axis=0))]
+            if self.nan == "raise":
+                raise ManifestError(
+                    f"Numeric columns {bad_names} have missing or NaN values in rows "
+                    f"{_rows_text(bad_rows)}; choose Numeric(..., nan='drop' | 'mean' | 'keep' | <number>)"
+                )
+            if self.nan == "drop":
+                for row in bad_rows:
+                    columns = [names[i] for i in np.flatnonzero(missing[row])]
+                    invalid[int(row)] = f"NaN or missing in {columns}"
+            elif self.nan == "mean":
+                with np.errstate(invalid="ignore"):
+                    means = np.nanmean(np.where(missing, np.nan, matrix), axis=0)
+                if np.isnan(means).any():
+                    empty = [names[i] for i in np.flatnonzero(np.isnan(means))]
+                    raise ManifestError(f"Numeric columns {empty} have no values to take a mean of")
+                matrix = np.where(missing, means[None, :], matrix).astype(np.float32)
+            elif isinstance(self.nan, (int, float)) and not isinstance(self.nan, bool):
+                matrix[missing] = float(self.nan)
+            elif self.nan != "keep":
+                raise ValueError(
+                    f"Invalid nan={self.nan!r}; use 'raise', 'drop', 'mean', 'keep' or a number"
+                )
+        return CompiledField(self.key, matrix, invalid)
+
+
+@dataclass(frozen=True)
+class Text:
+    """A text column returned as a raw string; ``missing`` is ``"raise"``, ``"drop"`` or ``"empty"``."""
+
+    column: str
+    key: str | None = None
+    missing: Literal["raise", "drop", "empty"] = "raise"
+
+    def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
+        raw = require_column(table, self.column, f"Text({self.column!r})")
+        strings = raw.cast(pa.large_string())
+        null_rows = np.flatnonzero(strings.is_null().to_numpy(zero_copy_only=False))
+        invalid: dict[int, str] = {}
+        if len(null_rows):
+            if self.missing == "raise":
+                raise ManifestError(
+                    f"Text column {self.column!r} is empty in rows {_rows_text(null_rows)}; "
+                    "choose Text(..., missing='drop' | 'empty')"
+                )
+            if self.missing == "drop":
+                invalid = {int(row): f"text column {self.column!r} is empty" for row in null_rows}
+        return CompiledField(self.key or self.column, StringColumn.from_arrow(strings.fill_null("")), invalid)
+
+
+Field = Image | Label | Numeric | Text

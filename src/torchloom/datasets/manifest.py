@@ -1,0 +1,182 @@
+"""ManifestDataset: samples described by rows of a JSON, JSONL, CSV or Parquet manifest."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Label
+from torchloom.errors import EmptyDatasetError, ManifestError, ValidationFailedError
+from torchloom.faults import FaultPolicy
+from torchloom.index import (
+    VALIDATE_CHOICES,
+    DatasetReport,
+    SampleIndex,
+    StringColumn,
+    Validate,
+    check_image_file,
+    validate_files,
+)
+from torchloom.io.image import DEFAULT_MAX_PIXELS
+from torchloom.io.table import read_table
+from torchloom.transforms.base import Transform
+
+DEFAULT_FIELDS: tuple[Field, ...] = (Image("image"), Label("label"))
+
+
+class ManifestDataset(IndexedDataset):
+    """Samples from the rows of a manifest, with declared fields.
+
+    Each field reads its columns once, at construction, into numpy buffers: ``Image`` paths
+    (which must resolve inside ``root``, by default the manifest's folder), ``Label`` numbers,
+    ``Numeric`` float32 vectors (with a NaN policy) and ``Text`` strings. Rows a field rejects
+    and images that fail validation are excluded and listed in :attr:`report`, or raise one
+    error listing them all with ``strict=True``. A path that leaves ``root`` (``..``, absolute,
+    or a symlink) always raises :class:`torchloom.errors.PathOutsideRootError` naming the row,
+    unless ``allow_outside_root=True``.
+
+    Samples are dicts with one entry per field key, plus ``"index"`` and, with an image,
+    ``"path"``.
+
+    Args:
+        manifest: a ``.json``, ``.jsonl``, ``.csv``, ``.tsv`` or ``.parquet`` file, or a pyarrow table.
+        fields: the declared fields (default ``Image("image"), Label("label")``).
+        root: folder image paths are relative to (default: the manifest's folder; required for
+            a table).
+        Other arguments are as in :class:`torchloom.FolderDataset`.
+
+    Example:
+        >>> import numpy as np, os, simplejpeg, tempfile
+        >>> from torchloom import Image, Label, Numeric
+        >>> root = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(root, "a.jpg"), "wb").write(
+        ...     simplejpeg.encode_jpeg(np.zeros((8, 8, 3), np.uint8)))
+        >>> _ = open(os.path.join(root, "m.csv"), "w").write("file,defect,size\\na.jpg,ok,1.5\\n")
+        >>> dataset = ManifestDataset(os.path.join(root, "m.csv"), progress=False,
+        ...     fields=[Image("file"), Label("defect"), Numeric("size")])
+        >>> sample = dataset[0]
+        >>> sample["image"].shape, sample["label"], sample["numeric"].tolist()
+        (torch.Size([3, 8, 8]), 0, [1.5])
+    """
+
+    def __init__(
+        self,
+        manifest: str | os.PathLike[str] | pa.Table,
+        *,
+        fields: Sequence[Field] = DEFAULT_FIELDS,
+        root: str | os.PathLike[str] | None = None,
+        transform: Transform | None = None,
+        validate: Validate = "header",
+        strict: bool = False,
+        on_error: str | FaultPolicy = "raise",
+        seed: int = 0,
+        debug: bool = False,
+        allow_outside_root: bool = False,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        workers: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        if validate not in VALIDATE_CHOICES:
+            raise ValueError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
+        if not fields:
+            raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
+        table, self.source, root_path = _load_manifest(manifest, root)
+        self.root = root_path
+        keys = [f.key or getattr(f, "column", "") for f in fields]
+        duplicated = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicated:
+            raise ManifestError(f"fields {duplicated} share a key; give each field its own key=")
+        images = [f for f in fields if isinstance(f, Image)]
+        if len(images) > 1:
+            raise ManifestError("ManifestDataset reads one Image field; join datasets for more")
+        context = FieldContext(self.root, allow_outside_root, check_symlinks=validate != "none")
+        compiled = [f.compile(table, context) for f in fields]
+        self.report = DatasetReport()
+        self.image_key = images[0].key if images else None
+        reasons = np.full(table.num_rows, None, dtype=object)
+        for column in compiled:
+            for row, reason in column.invalid.items():
+                reasons[row] = reasons[row] or reason
+        paths = self._image_paths(compiled, table.num_rows)
+        if self.image_key is not None:
+            pending = np.flatnonzero(reasons == None)  # noqa: E711
+            checks = validate_files(
+                [paths[int(row)] for row in pending],
+                lambda path: check_image_file(path, validate, max_pixels),
+                workers=workers,
+                progress=progress and validate != "none",
+                description=f"validating {os.path.basename(self.source)}",
+            )
+            reasons[pending] = checks
+        bad = np.flatnonzero(reasons != None)  # noqa: E711
+        problems = [(self._row_name(int(row), paths), str(reasons[row])) for row in bad]
+        if strict and problems:
+            raise ValidationFailedError(f"ManifestDataset {self.source!r}", problems)
+        self.report.invalid.extend(problems)
+        keep = np.flatnonzero(reasons == None)  # noqa: E711
+        if len(keep) == 0:
+            raise EmptyDatasetError(f"ManifestDataset {self.source!r} has no usable rows:\n{self.report}")
+        self.fields = [column.take(keep) for column in compiled]
+        self.rows = keep
+        label = next((c for c in self.fields if c.classes is not None), None)
+        self.classes = label.classes if label is not None else None
+        image_field = next((c for c in self.fields if c.key == self.image_key), None)
+        index = SampleIndex(
+            image_field.values if image_field is not None else StringColumn.from_strings([]),
+            label.values if label is not None else np.full(len(keep), -1, np.int64),
+        )
+        super().__init__(
+            index, transform=transform, on_error=on_error, seed=seed, debug=debug, max_pixels=max_pixels
+        )
+
+    @property
+    def targets(self) -> np.ndarray:
+        """The label of every sample (``-1`` everywhere without a Label field)."""
+        return self.index.labels
+
+    def _image_paths(self, compiled: list[CompiledField], rows: int) -> list[str]:
+        for column in compiled:
+            if column.key == self.image_key:
+                values: StringColumn = column.values
+                return values.to_list()
+        return [""] * rows
+
+    def _row_name(self, row: int, paths: list[str]) -> str:
+        return paths[row] if paths[row] else f"{self.source} row {row}"
+
+    def _load(self, index: int, key: int) -> dict[str, Any]:
+        sample: dict[str, Any] = {}
+        for column in self.fields:
+            values = column.values
+            if column.key == self.image_key:
+                sample["path"] = values[index]
+                sample[column.key] = self.load_image(values[index], self.rng(key))
+            elif isinstance(values, StringColumn):
+                sample[column.key] = values[index]
+            elif values.ndim == 2:
+                sample[column.key] = torch.from_numpy(values[index].copy())
+            else:
+                sample[column.key] = int(values[index])
+        sample["index"] = index
+        return sample
+
+    def __repr__(self) -> str:
+        return f"ManifestDataset({self.source!r}, {len(self)} samples, fields={[f.key for f in self.fields]})"
+
+
+def _load_manifest(
+    manifest: str | os.PathLike[str] | pa.Table, root: str | os.PathLike[str] | None
+) -> tuple[pa.Table, str, str]:
+    if isinstance(manifest, pa.Table):
+        if root is None:
+            raise ManifestError("a manifest given as a table needs root= for its relative paths")
+        return manifest, "<table>", os.fspath(root)
+    source = os.fspath(manifest)
+    table = read_table(source)
+    return table, source, os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(source))

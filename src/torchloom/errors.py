@@ -1,0 +1,75 @@
+"""Typed errors raised by torchloom.
+
+Every error names what failed (a file, a sample, a column) and, where one exists, the fix.
+
+Example:
+    >>> from torchloom.errors import DecodeError
+    >>> err = DecodeError("cat.jpg", "file is empty (0 bytes)")
+    >>> str(err)
+    "cannot decode 'cat.jpg': file is empty (0 bytes)"
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+
+class TorchloomError(Exception):
+    """Base class of every error torchloom raises on purpose."""
+
+
+class DecodeError(TorchloomError):
+    """A file could not be read as an image (or other media); names the file and the reason."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"cannot decode {self.path!r}: {reason}")
+
+    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str]]:
+        return (DecodeError, (self.path, self.reason))
+
+
+class SampleError(TorchloomError):
+    """Loading one sample failed; carries the sample index and path, with the cause chained."""
+
+    def __init__(self, index: int, path: str | None, reason: str) -> None:
+        self.index = index
+        self.path = path
+        self.reason = reason
+        where = f" ({path!r})" if path else ""
+        super().__init__(f"sample {index}{where} failed: {reason}")
+
+    def __reduce__(self) -> tuple[type[SampleError], tuple[int, str | None, str]]:
+        return (SampleError, (self.index, self.path, self.reason))
+
+
+class ManifestError(TorchloomError, ValueError):
+    """A manifest (or its declared fields) is unusable: a missing column, an unsafe path, a NaN."""
+
+
+class PathOutsideRootError(ManifestError):
+    """A manifest row points outside its root (``..``, an absolute path or a symlink)."""
+
+    def __init__(self, row: int, value: str, root: str, why: str) -> None:
+        self.row = row
+        self.value = value
+        self.root = root
+        super().__init__(
+            f"manifest row {row}: path {value!r} {why} and leads outside root {root!r}; "
+            "fix the manifest, pass a wider root=, or pass allow_outside_root=True if you trust it"
+        )
+
+
+class EmptyDatasetError(TorchloomError, ValueError):
+    """A dataset found no usable samples."""
+
+
+class ValidationFailedError(TorchloomError, ValueError):
+    """``strict=True`` validation found invalid samples; lists every one of them."""
+
+    def __init__(self, what: str, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {path}: {reason}" for path, reason in self.problems)
+        super().__init__(f"{what}: {len(self.problems)} invalid sample(s):\n{lines}")

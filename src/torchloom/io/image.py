@@ -1,0 +1,238 @@
+"""Read images into RGB ``uint8`` HWC arrays.
+
+JPEG goes through simplejpeg (libjpeg-turbo), decoding at 1/2, 1/4 or 1/8 scale when
+``min_size`` allows it; PNG, BMP, TIFF, WebP and GIF go through Pillow. Grayscale, palette,
+CMYK, 16-bit and alpha images are converted the same way whatever their format: alpha is
+dropped, 16-bit values keep their high byte, grayscale is repeated over three channels.
+EXIF orientation is not applied (the stored pixel order is returned, as Pillow does).
+
+Example:
+    >>> import numpy as np, simplejpeg, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.jpg")
+    >>> _ = open(path, "wb").write(simplejpeg.encode_jpeg(np.zeros((64, 48, 3), np.uint8)))
+    >>> read_image(path).shape
+    (64, 48, 3)
+    >>> read_image(path, min_size=16).shape
+    (16, 12, 3)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from io import BytesIO
+
+import numpy as np
+import simplejpeg
+from PIL import Image, UnidentifiedImageError
+
+from torchloom.errors import DecodeError
+
+#: Pillow's own warning threshold: larger images are refused as possible decompression bombs.
+DEFAULT_MAX_PIXELS = 178_956_970
+
+JPEG_MAGIC = b"\xff\xd8\xff"
+PILLOW_FORMATS = ("PNG", "BMP", "TIFF", "WEBP", "GIF", "JPEG", "PPM")
+# Power-of-two DCT scales only: libjpeg-turbo's n/8 scales between 1/2 and 1 decode slower.
+JPEG_SCALE_DENOMINATORS = (8, 4, 2)
+_SIXTEEN_BIT_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
+
+SizeLike = int | tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image file declares about itself, read without decoding pixels."""
+
+    height: int
+    width: int
+    format: str
+
+    @property
+    def pixels(self) -> int:
+        return self.height * self.width
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Read a whole file; an empty file is a :class:`DecodeError`."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if not data:
+        raise DecodeError(path, "file is empty (0 bytes)")
+    return data
+
+
+def probe_image(
+    data: bytes, path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> ImageHeader:
+    """Read an image's size and format from its header and apply the pixel-count guard.
+
+    Example:
+        >>> import numpy as np, simplejpeg
+        >>> probe_image(simplejpeg.encode_jpeg(np.zeros((8, 16, 3), np.uint8)), "x.jpg")
+        ImageHeader(height=8, width=16, format='JPEG')
+    """
+    if not data:
+        raise DecodeError(path, "file is empty (0 bytes)")
+    if data.startswith(JPEG_MAGIC):
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        except ValueError as exc:
+            raise DecodeError(path, f"invalid JPEG header ({exc})") from exc
+        header = ImageHeader(int(height), int(width), "JPEG")
+    else:
+        with _open_with_pillow(data, path) as image:
+            header = ImageHeader(image.height, image.width, str(image.format))
+    _check_pixels(header, path, max_pixels)
+    return header
+
+
+def decode_image(
+    data: bytes,
+    path: str | os.PathLike[str],
+    *,
+    min_size: SizeLike | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> np.ndarray:
+    """Decode encoded image bytes to an RGB ``uint8`` HWC array.
+
+    ``min_size`` (``int`` or ``(height, width)``) lets a JPEG decode at the smallest of 1/2,
+    1/4 or 1/8 scale whose height and width are still at least that large; other formats always
+    decode at full size. ``path`` is only used in error messages.
+
+    Example:
+        >>> import numpy as np, simplejpeg
+        >>> decode_image(simplejpeg.encode_jpeg(np.zeros((80, 80, 3), np.uint8)), "x.jpg",
+        ...              min_size=(20, 10)).shape
+        (20, 20, 3)
+    """
+    if data.startswith(JPEG_MAGIC):
+        return _decode_jpeg(data, path, min_size, max_pixels)
+    return _decode_with_pillow(data, path, max_pixels)
+
+
+def read_image(
+    path: str | os.PathLike[str],
+    *,
+    min_size: SizeLike | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> np.ndarray:
+    """Read an image file into an RGB ``uint8`` HWC array.
+
+    Raises :class:`DecodeError` naming the file for empty, truncated, corrupt, non-image and
+    oversized (more than ``max_pixels``) files; ``OSError`` for files that cannot be opened.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> from PIL import Image
+        >>> path = os.path.join(tempfile.mkdtemp(), "gray.png")
+        >>> Image.fromarray(np.full((4, 5), 7, np.uint8)).save(path)
+        >>> image = read_image(path)
+        >>> image.shape, image.dtype, int(image[0, 0, 2])
+        ((4, 5, 3), dtype('uint8'), 7)
+    """
+    return decode_image(read_bytes(path), path, min_size=min_size, max_pixels=max_pixels)
+
+
+def jpeg_scale_for(height: int, width: int, min_size: SizeLike | None) -> int:
+    """The largest power-of-two DCT denominator (1, 2, 4 or 8) keeping ``min_size``.
+
+    Example:
+        >>> jpeg_scale_for(1080, 1920, 224), jpeg_scale_for(256, 256, 224)
+        (4, 1)
+    """
+    if min_size is None:
+        return 1
+    min_height, min_width = _as_pair(min_size)
+    for denominator in JPEG_SCALE_DENOMINATORS:
+        if (
+            math.ceil(height / denominator) >= min_height
+            and math.ceil(width / denominator) >= min_width
+        ):
+            return denominator
+    return 1
+
+
+def _decode_jpeg(
+    data: bytes, path: str | os.PathLike[str], min_size: SizeLike | None, max_pixels: int
+) -> np.ndarray:
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError as exc:
+        raise DecodeError(path, f"invalid JPEG header ({exc})") from exc
+    _check_pixels(ImageHeader(int(height), int(width), "JPEG"), path, max_pixels)
+    if colorspace in ("CMYK", "YCCK"):
+        # libjpeg-turbo ignores Adobe's inverted-CMYK marker; Pillow handles it.
+        return _decode_with_pillow(data, path, max_pixels)
+    denominator = jpeg_scale_for(height, width, min_size)
+    try:
+        return simplejpeg.decode_jpeg(
+            data,
+            colorspace="RGB",
+            min_height=math.ceil(height / denominator),
+            min_width=math.ceil(width / denominator),
+        )
+    except ValueError as exc:
+        raise DecodeError(path, f"corrupt or truncated JPEG ({exc})") from exc
+
+
+def _decode_with_pillow(data: bytes, path: str | os.PathLike[str], max_pixels: int) -> np.ndarray:
+    with _open_with_pillow(data, path) as image:
+        _check_pixels(ImageHeader(image.height, image.width, str(image.format)), path, max_pixels)
+        try:
+            image.load()
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise DecodeError(path, f"corrupt or truncated {image.format} ({exc})") from exc
+        return _to_rgb_array(image, path)
+
+
+def _open_with_pillow(data: bytes, path: str | os.PathLike[str]) -> Image.Image:
+    try:
+        return Image.open(BytesIO(data), formats=PILLOW_FORMATS)
+    except Image.DecompressionBombError as exc:
+        raise DecodeError(path, f"refused as a possible decompression bomb ({exc})") from exc
+    except UnidentifiedImageError as exc:
+        raise DecodeError(
+            path, f"not a supported image (first bytes {data[:8]!r}; formats {PILLOW_FORMATS})"
+        ) from exc
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise DecodeError(path, f"invalid image header ({exc})") from exc
+
+
+def _to_rgb_array(image: Image.Image, path: str | os.PathLike[str]) -> np.ndarray:
+    mode = image.mode
+    if mode == "RGB":
+        array = np.asarray(image)
+    elif mode in _SIXTEEN_BIT_MODES:
+        wide = np.asarray(image).astype(np.int64, copy=False)
+        gray = (np.clip(wide, 0, 65535) >> 8).astype(np.uint8)
+        array = np.repeat(gray[:, :, None], 3, axis=2)
+    elif mode == "F":
+        raise DecodeError(path, "floating-point (mode F) images have no standard RGB mapping")
+    else:
+        try:
+            array = np.asarray(image.convert("RGB"))
+        except ValueError as exc:
+            raise DecodeError(path, f"cannot convert mode {mode} to RGB ({exc})") from exc
+    if not array.flags.writeable or not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array).copy()
+    return array
+
+
+def _check_pixels(header: ImageHeader, path: str | os.PathLike[str], max_pixels: int) -> None:
+    if header.height <= 0 or header.width <= 0:
+        raise DecodeError(path, f"header declares an empty image ({header.width}x{header.height})")
+    if header.pixels > max_pixels:
+        raise DecodeError(
+            path,
+            f"header declares {header.width}x{header.height} = {header.pixels:,} pixels, above "
+            f"max_pixels={max_pixels:,} (decompression-bomb guard; raise max_pixels if genuine)",
+        )
+
+
+def _as_pair(size: SizeLike) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)

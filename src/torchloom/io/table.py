@@ -1,0 +1,62 @@
+"""Read manifests (JSON, JSONL, CSV, Parquet) into pyarrow tables.
+
+Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
+    >>> _ = open(path, "w").write("image,label\\na.jpg,cat\\n")
+    >>> read_table(path).column_names
+    ['image', 'label']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+import pyarrow.parquet as pa_parquet
+
+from torchloom.errors import ManifestError
+
+MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
+
+
+def read_table(path: str | os.PathLike[str]) -> pa.Table:
+    """Read a manifest file into a table, choosing the format from its extension.
+
+    ``.json`` may hold a list of objects or one object per line; ``.jsonl``/``.ndjson`` hold one
+    object per line; ``.csv``/``.tsv`` have a header row; ``.parquet``/``.pq`` are Parquet.
+    """
+    text_path = os.fspath(path)
+    suffix = os.path.splitext(text_path)[1].lower()
+    if suffix not in MANIFEST_SUFFIXES:
+        raise ManifestError(
+            f"manifest {text_path!r} has extension {suffix!r}; expected one of {MANIFEST_SUFFIXES}"
+        )
+    if not os.path.isfile(text_path):
+        raise FileNotFoundError(f"manifest {text_path!r} does not exist")
+    try:
+        if suffix in (".parquet", ".pq"):
+            return pa_parquet.read_table(text_path)
+        if suffix in (".csv", ".tsv"):
+            options = pa_csv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
+            return pa_csv.read_csv(text_path, parse_options=options)
+        if suffix == ".json" and _starts_with_bracket(text_path):
+            with open(text_path, encoding="utf-8") as handle:
+                rows = json.load(handle)
+            if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+                raise ManifestError(f"manifest {text_path!r} must be a JSON list of objects")
+            return pa.Table.from_pylist(rows)
+        return pa_json.read_json(text_path)
+    except ManifestError:
+        raise
+    except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
+
+
+def _starts_with_bracket(path: str) -> bool:
+    with open(path, "rb") as handle:
+        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"[")

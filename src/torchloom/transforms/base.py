@@ -1,0 +1,112 @@
+"""The transform protocol: ``transform(image, rng)`` with an explicit random generator.
+
+A transform may also offer ``plan(height, width, rng)``: it draws its random parameters from the
+image's declared size before decoding, so the decoder can use DCT scaling (a JPEG decoded at 1/4
+size when a crop of it will be shrunk anyway). Planned or not, the random draws happen in the
+same order, so the output is the same either way up to resampling.
+
+Example:
+    >>> import numpy as np
+    >>> from torchloom.transforms import Compose, HorizontalFlip
+    >>> flip = Compose([HorizontalFlip(p=1.0)])
+    >>> flip(np.arange(6, dtype=np.uint8).reshape(1, 2, 3), np.random.default_rng(0))[0, 0].tolist()
+    [3, 4, 5]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Transform(Protocol):
+    """A per-sample transform: ``(image, rng) -> image``."""
+
+    def __call__(self, image: Any, rng: np.random.Generator) -> Any: ...
+
+
+@runtime_checkable
+class PlannedTransform(Protocol):
+    """A transform that can draw its parameters before the image is decoded."""
+
+    def plan(self, height: int, width: int, rng: np.random.Generator) -> DecodePlan: ...
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """The smallest decoded size a transform needs, and how to finish on the decoded image."""
+
+    min_size: tuple[int, int] | None
+    finish: Callable[[np.ndarray], Any]
+
+
+def plan_transform(
+    transform: Transform, height: int, width: int, rng: np.random.Generator
+) -> DecodePlan:
+    """The transform's plan, or a plan that decodes at full size and calls it.
+
+    Example:
+        >>> import numpy as np
+        >>> plan = plan_transform(Lambda(lambda image: image), 10, 10, np.random.default_rng(0))
+        >>> plan.min_size is None
+        True
+    """
+    if isinstance(transform, PlannedTransform):
+        return transform.plan(height, width, rng)
+    return DecodePlan(None, lambda image: transform(image, rng))
+
+
+class Compose:
+    """Apply transforms in order, passing the same rng to each.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.transforms import Resize
+        >>> Compose([Resize((4, 4))])(np.zeros((8, 8, 3), np.uint8), np.random.default_rng(0)).shape
+        (4, 4, 3)
+    """
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, image: Any, rng: np.random.Generator) -> Any:
+        for transform in self.transforms:
+            image = transform(image, rng)
+        return image
+
+    def plan(self, height: int, width: int, rng: np.random.Generator) -> DecodePlan:
+        if not self.transforms:
+            return DecodePlan(None, lambda image: image)
+        first = plan_transform(self.transforms[0], height, width, rng)
+        rest = self.transforms[1:]
+
+        def finish(image: np.ndarray) -> Any:
+            result = first.finish(image)
+            for transform in rest:
+                result = transform(result, rng)
+            return result
+
+        return DecodePlan(first.min_size, finish)
+
+    def __repr__(self) -> str:
+        return f"Compose({self.transforms!r})"
+
+
+class Lambda:
+    """Wrap a one-argument callable (``image -> image``) as a transform that ignores the rng.
+
+    Example:
+        >>> import numpy as np
+        >>> Lambda(lambda image: image * 2)(np.ones(2), np.random.default_rng(0)).tolist()
+        [2.0, 2.0]
+    """
+
+    def __init__(self, function: Callable[[Any], Any]) -> None:
+        self.function = function
+
+    def __call__(self, image: Any, rng: np.random.Generator) -> Any:
+        return self.function(image)

@@ -1,0 +1,91 @@
+"""Conversion to tensors and batch normalisation.
+
+Samples stay ``uint8`` (4× less to move between processes than float32, SPEC §6); normalise the
+batch afterwards, on the device that trains.
+
+Example:
+    >>> import numpy as np, torch
+    >>> image = ToTensor()(np.zeros((4, 5, 3), np.uint8), np.random.default_rng(0))
+    >>> image.shape, image.dtype
+    (torch.Size([3, 4, 5]), torch.uint8)
+    >>> Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))(image[None]).mean().item()
+    -1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchloom.errors import TorchloomError
+
+UINT8_MAX = 255.0
+
+
+def to_chw_tensor(image: Any) -> torch.Tensor:
+    """An HWC (or HW) array as a contiguous CHW tensor of the same dtype; tensors pass through.
+
+    Example:
+        >>> import numpy as np
+        >>> to_chw_tensor(np.zeros((2, 3), np.uint8)).shape
+        torch.Size([1, 2, 3])
+    """
+    if isinstance(image, torch.Tensor):
+        return image
+    if not isinstance(image, np.ndarray):
+        raise TorchloomError(f"expected a numpy image or a tensor, got {type(image).__name__}")
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.ndim != 3:
+        raise TorchloomError(f"expected an HWC image, got shape {image.shape}")
+    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))
+
+
+class ToTensor:
+    """Turn an HWC ``uint8`` array into a CHW ``uint8`` tensor (no scaling)."""
+
+    def __call__(self, image: Any, rng: np.random.Generator) -> torch.Tensor:
+        return to_chw_tensor(image)
+
+    def __repr__(self) -> str:
+        return "ToTensor()"
+
+
+class Normalize:
+    """Scale a ``uint8`` batch to ``[0, 1]``, then subtract ``mean`` and divide by ``std``.
+
+    Works on ``(C, H, W)`` or ``(B, C, H, W)`` tensors, on whatever device they are; ``mean`` and
+    ``std`` are per channel on the ``[0, 1]`` scale.
+
+    Example:
+        >>> import torch
+        >>> batch = torch.full((2, 3, 1, 1), 255, dtype=torch.uint8)
+        >>> Normalize((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))(batch).flatten().tolist()
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        if len(mean) != len(std):
+            raise ValueError(f"mean and std need one value per channel, got {mean=} {std=}")
+        if any(value <= 0 for value in std):
+            raise ValueError(f"std must be positive, got {std=}")
+        self.mean = torch.tensor(mean, dtype=torch.float32)
+        self.std = torch.tensor(std, dtype=torch.float32)
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        channels = batch.shape[-3]
+        if channels != len(self.mean):
+            raise ValueError(
+                f"Normalize has {len(self.mean)} channel(s) of mean/std, batch has {channels}"
+            )
+        shape = (channels, 1, 1)
+        mean = self.mean.to(batch.device).view(shape)
+        std = self.std.to(batch.device).view(shape)
+        scaled = batch.float() / UINT8_MAX if batch.dtype == torch.uint8 else batch.float()
+        return (scaled - mean) / std
+
+    def __repr__(self) -> str:
+        return f"Normalize(mean={self.mean.tolist()}, std={self.std.tolist()})"
