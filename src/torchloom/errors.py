@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 
@@ -20,28 +21,45 @@ class TorchloomError(Exception):
 
 
 class DecodeError(TorchloomError):
-    """A file could not be read as an image (or other media); names the file and the reason."""
+    """A file could not be read as an image (or other media); names the file and the reason.
 
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+    Also constructible from a message alone, as DataLoader does when it re-raises a worker's
+    error in the main process.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str | None = None) -> None:
+        if reason is None:
+            self.path, self.reason = "", os.fspath(path)
+            super().__init__(self.reason)
+            return
         self.path = os.fspath(path)
         self.reason = reason
         super().__init__(f"cannot decode {self.path!r}: {reason}")
 
-    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str]]:
+    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str | None]]:
         return (DecodeError, (self.path, self.reason))
 
 
 class SampleError(TorchloomError):
-    """Loading one sample failed; carries the sample index and path, with the cause chained."""
+    """Loading one sample failed; carries the sample index and path, with the cause chained.
 
-    def __init__(self, index: int, path: str | None, reason: str) -> None:
+    DataLoader re-raises a worker's error from its message alone: ``SampleError(message)`` keeps
+    the message (worker traceback included) and recovers the index from it (``-1`` if absent).
+    """
+
+    def __init__(self, index: int | str, path: str | None = None, reason: str | None = None) -> None:
+        if isinstance(index, str):
+            found = re.search(r"sample (\d+)", index)
+            self.index, self.path, self.reason = int(found.group(1)) if found else -1, path, index
+            super().__init__(index)
+            return
         self.index = index
         self.path = path
-        self.reason = reason
+        self.reason = reason or "unknown reason"
         where = f" ({path!r})" if path else ""
         super().__init__(f"sample {index}{where} failed: {reason}")
 
-    def __reduce__(self) -> tuple[type[SampleError], tuple[int, str | None, str]]:
+    def __reduce__(self) -> tuple[type[SampleError], tuple[int | str, str | None, str | None]]:
         return (SampleError, (self.index, self.path, self.reason))
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeVar
 
-from torchloom.errors import SampleError, TorchloomError
+from torchloom.errors import DecodeError, SampleError, TorchloomError
 
 T = TypeVar("T")
 
@@ -103,7 +103,8 @@ class FaultPolicy:
                     time.sleep(self.backoff * 2 ** (attempt - 1))
                     continue
                 if final == "skip":
-                    return Skipped(index, path, type(exc).__name__, str(exc), attempt)
+                    reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
+                    return Skipped(index, path, type(exc).__name__, reason, attempt)
                 raise SampleError(index, path, f"{type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 

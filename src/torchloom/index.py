@@ -65,13 +65,9 @@ class StringColumn:
             raise ValueError(f"StringColumn cannot hold nulls ({array.null_count} found)")
         array = array.cast(pa.large_string())
         _, offsets_buffer, data_buffer = array.buffers()
-        offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[
-            array.offset : array.offset + len(array) + 1
-        ]
+        offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + len(array) + 1]
         data = (
-            np.frombuffer(data_buffer, dtype=np.uint8)
-            if data_buffer is not None
-            else np.zeros(0, np.uint8)
+            np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
         )
         start = int(offsets[0]) if len(offsets) else 0
         end = int(offsets[-1]) if len(offsets) else 0
@@ -114,8 +110,10 @@ class SampleIndex:
         return SampleIndex(
             self.paths.take(indices) if len(self.paths) else self.paths,
             self.labels[indices],
-            {name: column.take(indices) if isinstance(column, StringColumn) else column[indices]
-             for name, column in self.columns.items()},
+            {
+                name: column.take(indices) if isinstance(column, StringColumn) else column[indices]
+                for name, column in self.columns.items()
+            },
         )
 
 

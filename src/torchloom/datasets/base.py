@@ -14,7 +14,7 @@ from torchloom.errors import SampleError
 from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_bytes
-from torchloom.seeding import rng_for_key
+from torchloom.seeding import SampleKey, rng_for_key
 from torchloom.transforms.base import Transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor
 
@@ -58,6 +58,8 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
 
     def __getitem__(self, key: int) -> dict[str, Any] | Skipped:
         index = self._checked_index(key)
+        if not isinstance(key, SampleKey):
+            key = index
         path = self.index.paths[index] if len(self.index.paths) else None
         result = self.policy.run(index, path, lambda: self._load(index, key))
         if self.debug and not isinstance(result, Skipped):

@@ -57,8 +57,7 @@ def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
     """The column ``name``, or a :class:`ManifestError` naming it and the columns that exist."""
     if name not in table.column_names:
         raise ManifestError(
-            f"{what} needs column {name!r}, which the manifest lacks; "
-            f"columns present: {table.column_names}"
+            f"{what} needs column {name!r}, which the manifest lacks; columns present: {table.column_names}"
         )
     return table.column(name)
 
@@ -124,8 +123,10 @@ class Label:
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         raw = require_column(table, self.column, f"Label({self.column!r})")
         values = raw.combine_chunks() if raw.num_chunks else pa.array([], raw.type)
-        invalid = {int(row): f"label column {self.column!r} is empty" for row in
-                   np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))}
+        invalid = {
+            int(row): f"label column {self.column!r} is empty"
+            for row in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))
+        }
         if self.classes is not None:
             classes = list(self.classes)
             try:
@@ -203,9 +204,7 @@ class Numeric:
             elif isinstance(self.nan, (int, float)) and not isinstance(self.nan, bool):
                 matrix[missing] = float(self.nan)
             elif self.nan != "keep":
-                raise ValueError(
-                    f"Invalid nan={self.nan!r}; use 'raise', 'drop', 'mean', 'keep' or a number"
-                )
+                raise ValueError(f"Invalid nan={self.nan!r}; use 'raise', 'drop', 'mean', 'keep' or a number")
         return CompiledField(self.key, matrix, invalid)
 
 

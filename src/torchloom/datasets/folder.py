@@ -116,8 +116,7 @@ class FolderDataset(IndexedDataset):
         super().__init__(
             index, transform=transform, on_error=on_error, seed=seed, debug=debug, max_pixels=max_pixels
         )
-        counts = np.bincount(self.targets, minlength=len(self.classes))
-        self.report.empty_classes = [name for name, count in zip(self.classes, counts, strict=False) if count == 0]
+        self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:
             warnings.warn(
                 f"FolderDataset {self.root!r}: class folder(s) {self.report.empty_classes} hold no "

@@ -12,7 +12,7 @@ Example:
     >>> _ = open(path, "wb").write(simplejpeg.encode_jpeg(np.zeros((64, 48, 3), np.uint8)))
     >>> read_image(path).shape
     (64, 48, 3)
-    >>> read_image(path, min_size=16).shape
+    >>> read_image(path, min_size=12).shape
     (16, 12, 3)
 """
 
@@ -146,10 +146,7 @@ def jpeg_scale_for(height: int, width: int, min_size: SizeLike | None) -> int:
         return 1
     min_height, min_width = _as_pair(min_size)
     for denominator in JPEG_SCALE_DENOMINATORS:
-        if (
-            math.ceil(height / denominator) >= min_height
-            and math.ceil(width / denominator) >= min_width
-        ):
+        if math.ceil(height / denominator) >= min_height and math.ceil(width / denominator) >= min_width:
             return denominator
     return 1
 

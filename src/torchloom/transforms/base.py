@@ -44,9 +44,7 @@ class DecodePlan:
     finish: Callable[[np.ndarray], Any]
 
 
-def plan_transform(
-    transform: Transform, height: int, width: int, rng: np.random.Generator
-) -> DecodePlan:
+def plan_transform(transform: Transform, height: int, width: int, rng: np.random.Generator) -> DecodePlan:
     """The transform's plan, or a plan that decodes at full size and calls it.
 
     Example:

@@ -188,9 +188,7 @@ class Resize:
         return resize_array(image, self.output_size(image.shape[0], image.shape[1]))
 
     def plan(self, height: int, width: int, rng: np.random.Generator) -> DecodePlan:
-        return _plan_box_resize(
-            height, width, Box(0, 0, height, width), self.output_size(height, width)
-        )
+        return _plan_box_resize(height, width, Box(0, 0, height, width), self.output_size(height, width))
 
     def __repr__(self) -> str:
         return f"Resize(size={self.size})"

@@ -78,9 +78,7 @@ class Normalize:
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         channels = batch.shape[-3]
         if channels != len(self.mean):
-            raise ValueError(
-                f"Normalize has {len(self.mean)} channel(s) of mean/std, batch has {channels}"
-            )
+            raise ValueError(f"Normalize has {len(self.mean)} channel(s) of mean/std, batch has {channels}")
         shape = (channels, 1, 1)
         mean = self.mean.to(batch.device).view(shape)
         std = self.std.to(batch.device).view(shape)

@@ -1,0 +1,150 @@
+"""read_image: every image kind decodes like Pillow; every broken file is a typed error."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+
+from conftest import png_declaring, write_jpeg
+from torchloom import DecodeError, read_image
+from torchloom.io.image import decode_image, jpeg_scale_for, probe_image
+from torchloom.synthetic import synthetic_image
+
+RGB = synthetic_image(np.random.default_rng(3), 40, 56, 2)
+
+
+def _pillow_rgb(path: Path) -> np.ndarray:
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def _save(path: Path, image: Image.Image, fmt: str, **options: object) -> Path:
+    image.save(path, fmt, **options)
+    return path
+
+
+KINDS = {
+    "jpeg_rgb": lambda p: _save(p, Image.fromarray(RGB), "JPEG", quality=92),
+    "jpeg_gray": lambda p: _save(p, Image.fromarray(RGB).convert("L"), "JPEG"),
+    "jpeg_cmyk": lambda p: _save(p, Image.fromarray(RGB).convert("CMYK"), "JPEG"),
+    "jpeg_444": lambda p: _save(p, Image.fromarray(RGB), "JPEG", subsampling="4:4:4"),
+    "png_rgb": lambda p: _save(p, Image.fromarray(RGB), "PNG"),
+    "png_rgba": lambda p: _save(p, Image.fromarray(RGB).convert("RGBA"), "PNG"),
+    "png_gray": lambda p: _save(p, Image.fromarray(RGB).convert("L"), "PNG"),
+    "png_gray_alpha": lambda p: _save(p, Image.fromarray(RGB).convert("LA"), "PNG"),
+    "png_palette": lambda p: _save(p, Image.fromarray(RGB).convert("P"), "PNG"),
+    "png_bilevel": lambda p: _save(p, Image.fromarray(RGB).convert("1"), "PNG"),
+    "bmp": lambda p: _save(p, Image.fromarray(RGB), "BMP"),
+    "tiff": lambda p: _save(p, Image.fromarray(RGB), "TIFF"),
+    "tiff_cmyk": lambda p: _save(p, Image.fromarray(RGB).convert("CMYK"), "TIFF"),
+    "webp_lossless": lambda p: _save(p, Image.fromarray(RGB), "WEBP", lossless=True),
+    "webp_alpha": lambda p: _save(p, Image.fromarray(RGB).convert("RGBA"), "WEBP", lossless=True),
+    "gif": lambda p: _save(p, Image.fromarray(RGB).convert("P"), "GIF"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_decodes_like_pillow(tmp_path: Path, kind: str) -> None:
+    path = KINDS[kind](tmp_path / f"{kind}.img")
+    image = read_image(path)
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert image.flags.c_contiguous and image.flags.writeable
+    reference = _pillow_rgb(path)
+    tolerance = 2 if kind.startswith("jpeg") else 0
+    assert np.abs(image.astype(int) - reference.astype(int)).max() <= tolerance
+
+
+def test_alpha_is_dropped_not_composited(tmp_path: Path) -> None:
+    rgba = np.dstack([RGB, np.zeros(RGB.shape[:2], np.uint8)])
+    path = _save(tmp_path / "clear.png", Image.fromarray(rgba, "RGBA"), "PNG")
+    np.testing.assert_array_equal(read_image(path), RGB)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF"])
+def test_sixteen_bit_keeps_the_high_byte(tmp_path: Path, fmt: str) -> None:
+    wide = (np.arange(40 * 56, dtype=np.uint32).reshape(40, 56) * 29 % 65536).astype(np.uint16)
+    path = tmp_path / f"wide.{fmt.lower()}"
+    Image.fromarray(wide).save(path, fmt)
+    image = read_image(path)
+    expected = (wide >> 8).astype(np.uint8)
+    for channel in range(3):
+        np.testing.assert_array_equal(image[:, :, channel], expected)
+
+
+def test_jpeg_dct_scaling_picks_the_smallest_sufficient_scale(tmp_path: Path) -> None:
+    path = tmp_path / "big.jpg"
+    write_jpeg(path, height=1080, width=1920)
+    assert read_image(path).shape == (1080, 1920, 3)
+    assert read_image(path, min_size=224).shape == (270, 480, 3)
+    assert read_image(path, min_size=(540, 100)).shape == (540, 960, 3)
+    assert read_image(path, min_size=2000).shape == (1080, 1920, 3)
+    assert jpeg_scale_for(1080, 1920, 100) == 8
+
+
+def test_unicode_and_spaces_in_path(tmp_path: Path) -> None:
+    path = tmp_path / "数据 集" / "猫 的 照片 1.jpg"
+    write_jpeg(path)
+    assert read_image(path).shape == (48, 64, 3)
+    assert read_image(str(path)).shape == (48, 64, 3)
+
+
+def _truncated_jpeg(path: Path) -> None:
+    data = simplejpeg.encode_jpeg(RGB)
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _truncated_png(path: Path) -> None:
+    buffer = io.BytesIO()
+    Image.fromarray(synthetic_image(np.random.default_rng(0), 200, 200, 0)).save(buffer, "PNG")
+    path.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+
+
+BROKEN = {
+    "zero_bytes.jpg": (lambda p: p.write_bytes(b""), "empty"),
+    "text.jpg": (lambda p: p.write_text("hello, I am not a JPEG"), "not a supported image"),
+    "truncated.jpg": (_truncated_jpeg, "truncated"),
+    "truncated.png": (_truncated_png, "truncated"),
+    "corrupt.jpg": (lambda p: p.write_bytes(b"\xff\xd8\xff" + bytes(range(256)) * 4), "JPEG"),
+    "bomb.png": (lambda p: p.write_bytes(png_declaring(100_000, 100_000)), "bomb"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_files_raise_decode_error_naming_the_file(tmp_path: Path, name: str) -> None:
+    make, reason = BROKEN[name]
+    path = tmp_path / name
+    make(path)
+    with pytest.raises(DecodeError) as caught:
+        read_image(path)
+    assert caught.value.path == str(path)
+    assert str(path) in str(caught.value)
+    assert reason in str(caught.value)
+
+
+def test_pixel_guard_is_configurable(tmp_path: Path) -> None:
+    path = tmp_path / "ok.png"
+    Image.fromarray(RGB).save(path)
+    with pytest.raises(DecodeError, match="max_pixels"):
+        read_image(path, max_pixels=100)
+    data = simplejpeg.encode_jpeg(RGB)
+    with pytest.raises(DecodeError, match="decompression-bomb guard"):
+        decode_image(data, "x.jpg", max_pixels=100)
+    with pytest.raises(DecodeError, match="max_pixels"):
+        probe_image(data, "x.jpg", max_pixels=100)
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"missing\.jpg"):
+        read_image(tmp_path / "missing.jpg")
+
+
+def test_float_images_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "float.tiff"
+    Image.fromarray(np.zeros((4, 4), np.float32)).save(path)
+    with pytest.raises(DecodeError, match="mode F"):
+        read_image(path)
