@@ -53,8 +53,10 @@ def plan_transform(transform: Transform, height: int, width: int, rng: np.random
         >>> plan.min_size is None
         True
     """
-    if isinstance(transform, PlannedTransform):
-        return transform.plan(height, width, rng)
+    plan = getattr(transform, "plan", None)  # not isinstance(): a runtime Protocol check is slow
+    if plan is not None:
+        result: DecodePlan = plan(height, width, rng)
+        return result
     return DecodePlan(None, lambda image: transform(image, rng))
 
 

@@ -237,7 +237,8 @@ class HorizontalFlip:
 
     def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if rng.random() < self.p:
-            return image[:, ::-1]
+            flipped = cv2.flip(image, 1)  # a contiguous copy, faster than a later strided one
+            return flipped[:, :, None] if flipped.ndim == 2 and image.ndim == 3 else flipped
         return image
 
     def __repr__(self) -> str:

@@ -1,0 +1,210 @@
+"""GPU benchmark: does the loader keep a real training step fed? Run on a machine with CUDA.
+
+A ResNet-18-shaped network (plain torch, channels_last, bf16 autocast) trains on 224 px crops.
+We measure the model alone on batches already on the GPU (the ceiling), then the naive pipeline
+and torchloom's feeding it through ``DataLoader(pin_memory=True)`` at several worker counts, and
+report images/s and the share of wall time the training loop spent waiting for data.
+
+Usage: ``python -m benchmarks.gpu --out benchmarks/GPU.md`` (writes a Markdown section that
+``benchmarks.run`` appends to BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from benchmarks.pipeline import CROP, NaiveDataset
+from torchloom import Compose, FolderDataset, HorizontalFlip, Normalize, RandomResizedCrop, collate
+from torchloom.synthetic import write_class_folders
+
+BATCH = 256
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+class Block(nn.Module):
+    def __init__(self, channels_in: int, channels_out: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels_in, channels_out, 3, stride, 1, bias=False),
+            nn.BatchNorm2d(channels_out),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels_out, channels_out, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(channels_out),
+        )
+        self.skip = (
+            nn.Identity()
+            if stride == 1 and channels_in == channels_out
+            else nn.Sequential(
+                nn.Conv2d(channels_in, channels_out, 1, stride, bias=False), nn.BatchNorm2d(channels_out)
+            )
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def resnet18_shaped(num_classes: int) -> nn.Module:
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+    ]
+    channels = 64
+    for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [Block(channels, width, stride), Block(width, width, 1)]
+        channels = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes)]
+    return nn.Sequential(*layers)
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run of this script only
+
+
+def synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_step(model: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def train_rate(
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]], step: Callable[..., None], steps: int
+) -> tuple[float, float]:
+    """(images/s, share of time waiting for the next batch) over ``steps`` steps after 3 warm-ups."""
+    iterator = iter(batches)
+    for _ in range(3):
+        step(*next(iterator))
+    synchronize()
+    waiting, images = 0.0, 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        ready = time.perf_counter()
+        try:
+            images_batch, labels = next(iterator)
+        except StopIteration:
+            break
+        waiting += time.perf_counter() - ready
+        step(images_batch, labels)
+        images += len(labels)
+    synchronize()
+    elapsed = time.perf_counter() - start
+    return images / elapsed, waiting / elapsed
+
+
+def naive_batches(loader: DataLoader[Any]) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    for images, labels in loader:
+        yield (
+            images.to(DEVICE, non_blocking=True).contiguous(memory_format=torch.channels_last),
+            labels.to(DEVICE, non_blocking=True),
+        )
+
+
+def torchloom_batches(
+    loader: DataLoader[Any], normalize: Normalize
+) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    for batch in loader:
+        images = batch["image"].to(DEVICE, non_blocking=True)
+        yield (
+            normalize(images).contiguous(memory_format=torch.channels_last),
+            batch["label"].to(DEVICE, non_blocking=True),
+        )
+
+
+def forever(make: Callable[[], Iterable[Any]]) -> Iterable[Any]:
+    while True:
+        yield from make()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="benchmarks/GPU.md")
+    parser.add_argument("--images", type=int, default=8192)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument("--workers", type=int, nargs="*", default=None)
+    args = parser.parse_args()
+    device_name = torch.cuda.get_device_name(0) if DEVICE == "cuda" else "CPU (smoke run)"
+    cpus = len(os.sched_getaffinity(0))
+    torch.backends.cudnn.benchmark = True
+    model = resnet18_shaped(4).to(DEVICE).to(memory_format=torch.channels_last)
+    step = make_step(model)
+    normalize = Normalize(MEAN, STD)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="torchloom-gpu-") as root:
+        write_class_folders(root, [args.images // 4] * 4, size=(256, 256), progress=False)
+        fixed = torch.randint(0, 255, (args.batch, 3, CROP, CROP), dtype=torch.uint8, device=DEVICE)
+        labels = torch.randint(0, 4, (args.batch,), device=DEVICE)
+        ceiling, _ = train_rate(
+            forever(lambda: [(normalize(fixed).contiguous(memory_format=torch.channels_last), labels)] * 10),
+            step,
+            args.steps,
+        )
+        rows.append(("model alone (batches already on the GPU)", "-", ceiling, 0.0))
+        print(f"ceiling {ceiling:,.0f} img/s", flush=True)
+        dataset = FolderDataset(
+            root, transform=Compose([RandomResizedCrop(CROP), HorizontalFlip()]), progress=False
+        )
+        naive = NaiveDataset(dataset.index.paths.to_list(), dataset.targets.tolist())
+        for workers in args.workers or sorted({4, 8, max(1, cpus - 1)}):
+            options: dict[str, Any] = dict(
+                batch_size=args.batch,
+                shuffle=True,
+                num_workers=workers,
+                pin_memory=DEVICE == "cuda",
+                persistent_workers=True,
+                prefetch_factor=4,
+                drop_last=True,
+            )
+            naive_loader = DataLoader(naive, **options)
+            ours_loader = DataLoader(dataset, collate_fn=collate, **options)
+            rate, wait = train_rate(forever(lambda: naive_batches(naive_loader)), step, args.steps)
+            rows.append(("naive (PIL, float32 in workers)", str(workers), rate, wait))
+            print(rows[-1], flush=True)
+            rate, wait = train_rate(
+                forever(lambda: torchloom_batches(ours_loader, normalize)), step, args.steps
+            )
+            rows.append(("torchloom (uint8, normalise on GPU)", str(workers), rate, wait))
+            print(rows[-1], flush=True)
+            del naive_loader, ours_loader
+    lines = [
+        f"## GPU: feeding a training step on {device_name}",
+        "",
+        f"`python -m benchmarks.gpu` on a lent machine: {device_name}, {cpus} CPUs, torch {torch.__version__}. "
+        f"A ResNet-18-shaped network (channels_last, bf16 autocast, SGD) on {CROP} px RandomResizedCrop + flip "
+        f"of {args.images} generated 256 px JPEGs, batches of {args.batch}, `pin_memory=True`, {args.steps} timed steps "
+        "after 3 warm-ups.",
+        "",
+        "| pipeline | workers | img/s | waiting for data | vs model alone |",
+        "|---|---|---|---|---|",
+    ]
+    for name, workers, rate, wait in rows:
+        lines.append(f"| {name} | {workers} | {rate:,.0f} | {wait:.0%} | {rate / ceiling:.2f}× |")
+    with open(args.out, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
