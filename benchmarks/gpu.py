@@ -179,22 +179,23 @@ def main() -> None:
             )
             naive_loader = DataLoader(naive, **options)
             ours_loader = DataLoader(dataset, collate_fn=collate, **options)
-            rate, wait = train_rate(forever(lambda: naive_batches(naive_loader)), step, args.steps)
+            rate, wait = train_rate(
+                forever(lambda loader=naive_loader: naive_batches(loader)), step, args.steps
+            )
             rows.append(("naive (PIL, float32 in workers)", str(workers), rate, wait))
             print(rows[-1], flush=True)
             rate, wait = train_rate(
-                forever(lambda: torchloom_batches(ours_loader, normalize)), step, args.steps
+                forever(lambda loader=ours_loader: torchloom_batches(loader, normalize)), step, args.steps
             )
             rows.append(("torchloom (uint8, normalise on GPU)", str(workers), rate, wait))
             print(rows[-1], flush=True)
-            del naive_loader, ours_loader
     lines = [
         f"## GPU: feeding a training step on {device_name}",
         "",
-        f"`python -m benchmarks.gpu` on a lent machine: {device_name}, {cpus} CPUs, torch {torch.__version__}. "
-        f"A ResNet-18-shaped network (channels_last, bf16 autocast, SGD) on {CROP} px RandomResizedCrop + flip "
-        f"of {args.images} generated 256 px JPEGs, batches of {args.batch}, `pin_memory=True`, {args.steps} timed steps "
-        "after 3 warm-ups.",
+        f"`python -m benchmarks.gpu` on a lent machine: {device_name}, {cpus} CPUs, "
+        f"torch {torch.__version__}. A ResNet-18-shaped network (channels_last, bf16 autocast, SGD) on "
+        f"{CROP} px RandomResizedCrop + flip of {args.images} generated 256 px JPEGs, batches of "
+        f"{args.batch}, `pin_memory=True`, {args.steps} timed steps after 3 warm-ups.",
         "",
         "| pipeline | workers | img/s | waiting for data | vs model alone |",
         "|---|---|---|---|---|",
