@@ -103,14 +103,21 @@ class PipelineResult:
 
     @property
     def speedup(self) -> float:
-        return self.torchloom.best / self.naive.best
+        """Median over rounds of torchloom / naive, each pair measured back to back."""
+        return paired_ratio(self.torchloom, self.naive)
 
     @property
     def of_bare(self) -> float:
-        return self.torchloom.best / self.bare.best
+        """Median over rounds of torchloom / bare limit, each pair measured back to back."""
+        return paired_ratio(self.torchloom, self.bare)
 
 
-def run_pipeline(root: str, source: str, num_workers: int, rounds: int = 3) -> PipelineResult:
+def paired_ratio(numerator: Measurement, denominator: Measurement) -> float:
+    ratios = [a / b for a, b in zip(numerator.rates, denominator.rates, strict=True)]
+    return float(np.median(ratios))
+
+
+def run_pipeline(root: str, source: str, num_workers: int, rounds: int = 5) -> PipelineResult:
     """Measure the three pipelines over the class folders in ``root``."""
     dataset = FolderDataset(
         root, transform=Compose([RandomResizedCrop(CROP), HorizontalFlip()]), progress=False

@@ -50,7 +50,7 @@ def pipeline_section(quick: bool) -> tuple[str, list[PipelineResult]]:
             for workers in (0, 2):
                 started = time.perf_counter()
                 results.append(
-                    run_pipeline(root, f"{source} ({count} JPEGs)", workers, rounds=2 if quick else 3)
+                    run_pipeline(root, f"{source} ({count} JPEGs)", workers, rounds=2 if quick else 7)
                 )
                 print(
                     f"pipeline {source} workers={workers}: {as_rows(results[-1:])[0]} "
@@ -60,8 +60,10 @@ def pipeline_section(quick: bool) -> tuple[str, list[PipelineResult]]:
     lines = [
         "## JPEG training pipeline",
         "",
-        "decode → RandomResizedCrop 224 → horizontal flip → CHW batches of 64, one shuffled epoch "
-        "(best of interleaved rounds; with workers, persistent workers after a warm-up epoch).",
+        "decode → RandomResizedCrop 224 → horizontal flip → CHW batches of 64. Each round times one "
+        "shuffled epoch of each pipeline back to back (with workers: persistent workers, after a warm-up "
+        "epoch). Rates are the best round; ratios are the median over rounds of the ratio within a "
+        "round, which cancels most of this machine's noise.",
         "",
         "- **naive**: PIL open + convert, PIL crop + bilinear resize, flip, float32 normalise in "
         "`__getitem__`, default collate.",

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
+from torchloom.collate.buffers import consecutive_block, empty_batch
 from torchloom.errors import TorchloomError
 from torchloom.faults import SKIPPED_KEY, Skipped
 
@@ -84,7 +84,11 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
 
 
 def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
-    """Stack equal-shape tensors; in a worker the result lives in shared memory."""
+    """Stack equal-shape tensors; in a worker the result lives in shared memory.
+
+    Tensors that already are consecutive slots of one batch buffer (see
+    :class:`torchloom.collate.buffers.BatchSlots`) are returned as that buffer, uncopied.
+    """
     first = tensors[0]
     for tensor in tensors:
         if tensor.shape != first.shape or tensor.dtype != first.dtype:
@@ -94,9 +98,9 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
                 f"Collate({{'{field.split('.')[-1]}': PadImages()}}) for images or PadSequences() "
                 "for sequences, or resize in the transform"
             )
-    out = None
-    if get_worker_info() is not None:
-        numel = first.numel() * len(tensors)
-        storage = first.untyped_storage()._new_shared(numel * first.element_size(), device=first.device)
-        out = first.new(storage).resize_(len(tensors), *first.shape)
-    return torch.stack(list(tensors), 0, out=out)
+    block = consecutive_block(tensors)
+    if block is not None:
+        return block
+    if first.device.type != "cpu":
+        return torch.stack(list(tensors), 0)
+    return torch.stack(list(tensors), 0, out=empty_batch((len(tensors), *first.shape), first.dtype))

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from torchloom.collate.buffers import BatchSlots
 from torchloom.errors import SampleError
 from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_bytes
 from torchloom.seeding import SampleKey, rng_for_key
 from torchloom.transforms.base import Transform, plan_transform
-from torchloom.transforms.tensor import to_chw_tensor
+from torchloom.transforms.tensor import to_chw_tensor, write_chw
+
+#: Where a sample's image may be written: a batch's slots and the sample's position in it.
+Slot = tuple[BatchSlots, int]
 
 logger = logging.getLogger("torchloom")
 
@@ -57,16 +62,29 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         return len(self.index)
 
     def __getitem__(self, key: int) -> dict[str, Any] | Skipped:
+        return self._get(key, None)
+
+    def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any] | Skipped]:
+        """Load a batch; DataLoader calls this with a batch's keys when it exists.
+
+        Images of equal shape are written straight into one batch buffer (shared memory in a
+        worker), which :func:`torchloom.collate` then returns without stacking them again.
+        """
+        slots = BatchSlots(len(keys))
+        return [self._get(key, (slots, position)) for position, key in enumerate(keys)]
+
+    def _get(self, key: int, slot: Slot | None) -> dict[str, Any] | Skipped:
         index = self._checked_index(key)
         if not isinstance(key, SampleKey):
             key = index
         path = self.index.paths[index] if len(self.index.paths) else None
-        result = self.policy.run(index, path, lambda: self._load(index, key))
+        result = self.policy.run(index, path, lambda: self._load(index, key, slot))
         if self.debug and not isinstance(result, Skipped):
             self._debug_check(index, path, result)
         return result
 
-    def _load(self, index: int, key: int) -> dict[str, Any]:
+    def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
+        """Build sample ``index``; ``slot`` is where its image may go (see ``load_image``)."""
         raise NotImplementedError
 
     def _checked_index(self, key: int) -> int:
@@ -80,16 +98,27 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             raise IndexError(f"index {int(key)} out of range for {type(self).__name__} of {size} samples")
         return index
 
-    def load_image(self, path: str, rng: np.random.Generator) -> torch.Tensor:
-        """Read, decode (DCT-scaled when the transform plans for it) and transform one image."""
+    def load_image(self, path: str, rng: np.random.Generator, slot: Slot | None = None) -> torch.Tensor:
+        """Read, decode (DCT-scaled when the transform plans for it) and transform one image.
+
+        With a ``slot`` (a batch's slots and this sample's position), an HWC array result is
+        written as CHW into the batch buffer and the returned tensor is that slot.
+        """
         data = read_bytes(path)
         if self.transform is None:
             image = decode_image(data, path, max_pixels=self.max_pixels)
-            return to_chw_tensor(image)
-        header = probe_image(data, path, max_pixels=self.max_pixels)
-        plan = plan_transform(self.transform, header.height, header.width, rng)
-        image = decode_image(data, path, min_size=plan.min_size, max_pixels=self.max_pixels)
-        return to_chw_tensor(plan.finish(image))
+        else:
+            header = probe_image(data, path, max_pixels=self.max_pixels)
+            plan = plan_transform(self.transform, header.height, header.width, rng)
+            image = plan.finish(decode_image(data, path, min_size=plan.min_size, max_pixels=self.max_pixels))
+        if slot is not None and isinstance(image, np.ndarray) and image.ndim == 3:
+            slots, position = slot
+            target = slots.slot(
+                position, (image.shape[2], image.shape[0], image.shape[1]), _torch_dtype(image)
+            )
+            if target is not None:
+                return write_chw(image, target)
+        return to_chw_tensor(image)
 
     def rng(self, key: int) -> np.random.Generator:
         """The generator of sample ``key`` (see :func:`torchloom.seeding.rng_for_key`)."""
@@ -110,6 +139,10 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
                 f"debug check: sample has keys/dtypes/dims {signature}, "
                 f"but the first sample had {self._debug_signature}",
             )
+
+
+def _torch_dtype(image: np.ndarray) -> torch.dtype:
+    return torch.from_numpy(image[:0, :0]).dtype
 
 
 def _describe(value: Any) -> tuple[str, int, str]:

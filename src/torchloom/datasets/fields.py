@@ -82,16 +82,16 @@ class Image:
         values = raw.to_pylist()
         invalid: dict[int, str] = {}
         resolved: list[str] = []
-        root_real = os.path.realpath(context.root)
+        real_folders: dict[str, str] = {}  # one realpath() per folder, not per file
         for row, value in enumerate(values):
             if value is None or value == "":
                 invalid[row] = f"column {self.column!r} is empty"
                 resolved.append("")
                 continue
-            resolved.append(self._resolve(row, value, context, root_real))
+            resolved.append(self._resolve(row, value, context, real_folders))
         return CompiledField(self.key, StringColumn.from_strings(resolved), invalid)
 
-    def _resolve(self, row: int, value: str, context: FieldContext, root_real: str) -> str:
+    def _resolve(self, row: int, value: str, context: FieldContext, real_folders: dict[str, str]) -> str:
         joined = os.path.join(context.root, value)
         if context.allow_outside_root:
             return joined
@@ -101,10 +101,21 @@ class Image:
         if normal == ".." or normal.startswith(".." + os.sep):
             raise PathOutsideRootError(row, value, context.root, "climbs with '..'")
         if context.check_symlinks:
-            real = os.path.realpath(joined)
+            real = _real_path(joined, real_folders)
+            root_real = _real_path(context.root, real_folders)
             if os.path.commonpath([real, root_real]) != root_real:
                 raise PathOutsideRootError(row, value, context.root, f"is a symlink to {real!r}")
         return joined
+
+
+def _real_path(path: str, real_folders: dict[str, str]) -> str:
+    """``os.path.realpath`` with the folder part cached: one lstat per file, not per component."""
+    folder, name = os.path.split(path)
+    real_folder = real_folders.get(folder)
+    if real_folder is None:
+        real_folder = real_folders[folder] = os.path.realpath(folder)
+    candidate = os.path.join(real_folder, name)
+    return os.path.realpath(candidate) if os.path.islink(candidate) else os.path.normpath(candidate)
 
 
 @dataclass(frozen=True)

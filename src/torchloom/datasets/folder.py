@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.errors import EmptyDatasetError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
@@ -153,10 +153,10 @@ class FolderDataset(IndexedDataset):
         counts = np.bincount(self.targets, minlength=len(self.classes))
         return {name: int(count) for name, count in zip(self.classes, counts, strict=False)}
 
-    def _load(self, index: int, key: int) -> dict[str, Any]:
+    def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
         path = self.index.paths[index]
         return {
-            "image": self.load_image(path, self.rng(key)),
+            "image": self.load_image(path, self.rng(key), slot),
             "label": int(self.index.labels[index]),
             "index": index,
             "path": path,

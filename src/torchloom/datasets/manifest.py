@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Label
 from torchloom.errors import EmptyDatasetError, ManifestError, ValidationFailedError
 from torchloom.faults import FaultPolicy
@@ -150,13 +150,13 @@ class ManifestDataset(IndexedDataset):
     def _row_name(self, row: int, paths: list[str]) -> str:
         return paths[row] if paths[row] else f"{self.source} row {row}"
 
-    def _load(self, index: int, key: int) -> dict[str, Any]:
+    def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
         sample: dict[str, Any] = {}
         for column in self.fields:
             values = column.values
             if column.key == self.image_key:
                 sample["path"] = values[index]
-                sample[column.key] = self.load_image(values[index], self.rng(key))
+                sample[column.key] = self.load_image(values[index], self.rng(key), slot)
             elif isinstance(values, StringColumn):
                 sample[column.key] = values[index]
             elif values.ndim == 2:

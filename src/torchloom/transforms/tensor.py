@@ -47,6 +47,20 @@ def to_chw_tensor(image: Any) -> torch.Tensor:
     return torch.from_numpy(image).permute(2, 0, 1).contiguous()
 
 
+def write_chw(image: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+    """Copy an HWC array into the CHW tensor ``out`` (one strided copy); returns ``out``.
+
+    Example:
+        >>> import numpy as np, torch
+        >>> out = torch.empty(3, 2, 2, dtype=torch.uint8)
+        >>> write_chw(np.arange(12, dtype=np.uint8).reshape(2, 2, 3), out)[0].tolist()
+        [[0, 3], [6, 9]]
+    """
+    if any(stride < 0 for stride in image.strides):
+        image = np.ascontiguousarray(image)
+    return out.copy_(torch.from_numpy(image).permute(2, 0, 1))
+
+
 class ToTensor:
     """Turn an HWC ``uint8`` array into a CHW ``uint8`` tensor (no scaling)."""
 
