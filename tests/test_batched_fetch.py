@@ -60,6 +60,13 @@ def test_skipped_sample_in_the_middle_falls_back_to_a_copy(class_folders: tuple[
         assert torch.equal(batch["image"][position], dataset[SampleKey(index, epoch=0)]["image"])
 
 
+def test_a_datasets_own_rows_are_copied_never_aliased() -> None:
+    data = torch.arange(12.0).reshape(4, 3)
+    batch = collate([{"x": data[0]}, {"x": data[1]}])
+    batch["x"].mul_(0)
+    assert data[0].tolist() == [0.0, 1.0, 2.0] and data[1].tolist() == [3.0, 4.0, 5.0]
+
+
 def test_different_shapes_get_their_own_tensors_and_a_clear_collate_error(tmp_path: Path) -> None:
     write_jpeg(tmp_path / "a" / "small.jpg", height=20, width=30)
     write_jpeg(tmp_path / "a" / "large.jpg", height=40, width=30)
@@ -73,8 +80,11 @@ def test_different_shapes_get_their_own_tensors_and_a_clear_collate_error(tmp_pa
 def test_buffers() -> None:
     batch = empty_batch((3, 2, 2), torch.float32)
     assert batch.shape == (3, 2, 2) and batch.is_contiguous()
-    assert consecutive_block([batch[0], batch[2]]) is None
-    assert consecutive_block([batch[1], batch[2]]).data_ptr() == batch[1].data_ptr()  # type: ignore[union-attr]
+    assert consecutive_block([batch[1], batch[2]]) is None  # not a BatchSlots buffer
+    views = BatchSlots(3)
+    slots = [views.slot(i, (2, 2), torch.float32) for i in range(3)]
+    assert consecutive_block([slots[0], slots[2]]) is None  # not consecutive
+    assert consecutive_block([slots[1], slots[2]]).data_ptr() == slots[1].data_ptr()  # type: ignore[union-attr,index]
     assert consecutive_block([torch.zeros(2), torch.zeros(2)]) is None
     slots = BatchSlots(2)
     assert slots.slot(0, (2,), torch.int64) is not None and slots.slot(1, (2,), torch.float32) is None

@@ -40,6 +40,10 @@ class DecodeError(TorchloomError):
         return (DecodeError, (self.path, self.reason))
 
 
+# The line a SampleError's own message makes, as it appears in a re-raised worker traceback.
+_SAMPLE_ERROR_LINE = re.compile(r"SampleError: sample (\d+)(?: \('(.*?)'\))? failed")
+
+
 class SampleError(TorchloomError):
     """Loading one sample failed; carries the sample index and path, with the cause chained.
 
@@ -49,8 +53,10 @@ class SampleError(TorchloomError):
 
     def __init__(self, index: int | str, path: str | None = None, reason: str | None = None) -> None:
         if isinstance(index, str):
-            found = re.search(r"sample (\d+)", index)
-            self.index, self.path, self.reason = int(found.group(1)) if found else -1, path, index
+            found = _SAMPLE_ERROR_LINE.findall(index)
+            self.index = int(found[-1][0]) if found else -1
+            self.path = path if path is not None else (found[-1][1] or None if found else None)
+            self.reason = index
             super().__init__(index)
             return
         self.index = index
@@ -74,10 +80,14 @@ class PathOutsideRootError(ManifestError):
         self.row = row
         self.value = value
         self.root = root
+        self.why = why
         super().__init__(
             f"manifest row {row}: path {value!r} {why} and leads outside root {root!r}; "
             "fix the manifest, pass a wider root=, or pass allow_outside_root=True if you trust it"
         )
+
+    def __reduce__(self) -> tuple[type[PathOutsideRootError], tuple[int, str, str, str]]:
+        return (PathOutsideRootError, (self.row, self.value, self.root, self.why))
 
 
 class EmptyDatasetError(TorchloomError, ValueError):
@@ -89,5 +99,9 @@ class ValidationFailedError(TorchloomError, ValueError):
 
     def __init__(self, what: str, problems: Sequence[tuple[str, str]]) -> None:
         self.problems = list(problems)
+        self.what = what
         lines = "\n".join(f"  {path}: {reason}" for path, reason in self.problems)
         super().__init__(f"{what}: {len(self.problems)} invalid sample(s):\n{lines}")
+
+    def __reduce__(self) -> tuple[type[ValidationFailedError], tuple[str, list[tuple[str, str]]]]:
+        return (ValidationFailedError, (self.what, self.problems))

@@ -106,6 +106,10 @@ class FaultPolicy:
                     reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
                     return Skipped(index, path, type(exc).__name__, reason, attempt)
                 raise SampleError(index, path, f"{type(exc).__name__}: {exc}") from exc
+            except Exception as exc:  # a bug, not a data fault: keep its type, say where it happened
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"while loading sample {index} ({path!r})")
+                raise
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
 

@@ -54,16 +54,18 @@ class StringColumn:
 
     @classmethod
     def from_strings(cls, strings: Iterable[str]) -> StringColumn:
-        return cls.from_arrow(pa.array(list(strings), type=pa.large_string()))
+        """Strings, file names that are not valid UTF-8 included (kept via ``surrogateescape``)."""
+        encoded = [text.encode("utf-8", "surrogateescape") for text in strings]
+        return cls.from_arrow(pa.array(encoded, type=pa.large_binary()))
 
     @classmethod
     def from_arrow(cls, array: pa.Array | pa.ChunkedArray) -> StringColumn:
-        """Copy an Arrow string array (no nulls) into numpy buffers."""
+        """Copy an Arrow string or binary array (no nulls) into numpy buffers."""
         if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks() if array.num_chunks else pa.array([], pa.large_string())
+            array = array.combine_chunks() if array.num_chunks else pa.array([], pa.large_binary())
         if array.null_count:
             raise ValueError(f"StringColumn cannot hold nulls ({array.null_count} found)")
-        array = array.cast(pa.large_string())
+        array = array.cast(pa.large_binary())
         _, offsets_buffer, data_buffer = array.buffers()
         offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + len(array) + 1]
         data = (
@@ -77,8 +79,13 @@ class StringColumn:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> str:
+        size = len(self.offsets) - 1
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"StringColumn index {index} out of range for {size} strings")
         start, end = self.offsets[index], self.offsets[index + 1]
-        return self.data[start:end].tobytes().decode("utf-8")
+        return self.data[start:end].tobytes().decode("utf-8", "surrogateescape")
 
     def take(self, indices: np.ndarray) -> StringColumn:
         """A new column holding the strings at ``indices``."""

@@ -49,38 +49,73 @@ def collate(batch: Sequence[Any]) -> Any:
 
 
 def collate_values(values: Sequence[Any], field: str) -> Any:
-    """Collate the values one field takes across a batch; ``field`` names it in errors."""
-    first = values[0]
-    if isinstance(first, torch.Tensor):
-        return stack_tensors(values, field)
-    if isinstance(first, np.ndarray):
-        return stack_tensors([torch.as_tensor(value) for value in values], field)
-    if isinstance(first, (bool, np.bool_)):
-        return torch.tensor(values, dtype=torch.bool)
-    if isinstance(first, (int, np.integer)):
-        return torch.tensor([int(value) for value in values], dtype=torch.int64)
-    if isinstance(first, (float, np.floating)):
-        return torch.tensor([float(value) for value in values], dtype=torch.float64)
-    if isinstance(first, (str, bytes)) or first is None:
+    """Collate the values one field takes across a batch; ``field`` names it in errors.
+
+    Ints mixed with floats become floats; any other mix of kinds (a bool among ints, a tensor
+    beside ``None``) is a :class:`CollateError` naming the field. Strings (and ``None`` among
+    them) stay a list.
+    """
+    kinds = {_kind(value) for value in values}
+    if kinds == {"int", "float"}:
+        kinds = {"float"}
+    if kinds <= {"tensor", "array"}:
+        kinds = {"tensor"}
+    if kinds <= {"text", "none"} or kinds == {"other"}:
         return list(values)
-    if isinstance(first, Mapping):
-        keys = list(first)
+    if len(kinds) > 1:
+        raise CollateError(
+            f"{field}: samples hold values of different kinds {sorted(kinds)}; "
+            "make every sample return the same type for this field"
+        )
+    (kind,) = kinds
+    if kind == "tensor":
+        return stack_tensors([torch.as_tensor(value) for value in values], field)
+    if kind == "bool":
+        return torch.tensor([bool(value) for value in values], dtype=torch.bool)
+    if kind == "int":
+        return torch.tensor([int(value) for value in values], dtype=torch.int64)
+    if kind == "float":
+        return torch.tensor([float(value) for value in values], dtype=torch.float64)
+    if kind == "mapping":
+        keys = list(values[0])
         for value in values:
-            if not isinstance(value, Mapping) or list(value) != keys:
+            if set(value) != set(keys):
                 raise CollateError(
-                    f"{field}: samples have different keys ({keys} vs "
-                    f"{list(value) if isinstance(value, Mapping) else type(value).__name__})"
+                    f"{field}: samples have different keys ({sorted(keys)} vs {sorted(value)})"
                 )
         return {key: collate_values([value[key] for value in values], f"{field}.{key}") for key in keys}
-    if isinstance(first, (tuple, list)):
-        if any(len(value) != len(first) for value in values):
-            raise CollateError(
-                f"{field}: sequences of different lengths {sorted({len(v) for v in values})}; "
-                "use Collate({...: PadSequences()}) or return tensors"
-            )
-        columns = [collate_values([value[i] for value in values], f"{field}[{i}]") for i in range(len(first))]
-        return tuple(columns) if isinstance(first, tuple) else columns
-    return list(values)
+    lengths = {len(value) for value in values}
+    if len(lengths) > 1:
+        raise CollateError(
+            f"{field}: sequences of different lengths {sorted(lengths)}; "
+            "use Collate({...: PadSequences()}) or return tensors"
+        )
+    columns = [collate_values([value[i] for value in values], f"{field}[{i}]") for i in range(len(values[0]))]
+    return tuple(columns) if kind == "tuple" else columns
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if isinstance(value, np.ndarray):
+        return "array"
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    if isinstance(value, (str, bytes)):
+        return "text"
+    if value is None:
+        return "none"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, tuple):
+        return "tuple"
+    if isinstance(value, list):
+        return "list"
+    return "other"
 
 
 def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:

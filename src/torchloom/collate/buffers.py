@@ -7,9 +7,12 @@ measurable share of a worker's time).
 
 Example:
     >>> import torch
-    >>> batch = empty_batch((4, 3, 2, 2), torch.uint8)
-    >>> slots = [batch[i] for i in range(4)]
-    >>> consecutive_block(slots).data_ptr() == batch.data_ptr()
+    >>> slots = BatchSlots(4)
+    >>> views = [slots.slot(i, (3, 2, 2), torch.uint8) for i in range(4)]
+    >>> consecutive_block(views).data_ptr() == slots.buffer.data_ptr()
+    True
+    >>> data = torch.zeros(4, 3)  # a dataset's own tensor is never batched in place
+    >>> consecutive_block([data[0], data[1]]) is None
     True
 """
 
@@ -19,6 +22,9 @@ from collections.abc import Sequence
 
 import torch
 from torch.utils.data import get_worker_info
+
+# Attribute set on buffers made by BatchSlots: only their slots may be batched without a copy.
+BATCH_BUFFER_MARK = "_torchloom_batch_buffer"
 
 
 def empty_batch(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -35,15 +41,21 @@ def empty_batch(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
 
 
 def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
-    """The tensors as one batch without copying, if they are consecutive slots of one buffer."""
+    """The tensors as one batch without copying, if they are consecutive slots of one
+    :class:`BatchSlots` buffer; ``None`` otherwise (any other tensors are copied by the caller,
+    so a batch never shares memory with a dataset's own tensors)."""
     first = tensors[0]
+    base = first._base
+    if base is None or not getattr(base, BATCH_BUFFER_MARK, False):
+        return None
     if not first.is_contiguous() or first.numel() == 0:
         return None
     pointer = first.untyped_storage().data_ptr()
     start, numel = first.storage_offset(), first.numel()
     for position, tensor in enumerate(tensors):
         if (
-            tensor.untyped_storage().data_ptr() != pointer
+            tensor._base is not base
+            or tensor.untyped_storage().data_ptr() != pointer
             or tensor.storage_offset() != start + position * numel
             or tensor.shape != first.shape
             or tensor.dtype != first.dtype
@@ -83,6 +95,7 @@ class BatchSlots:
     def slot(self, position: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
         if self.buffer is None:
             self.buffer = empty_batch((self.size, *shape), dtype)
+            setattr(self.buffer, BATCH_BUFFER_MARK, True)
         if tuple(self.buffer.shape[1:]) != tuple(shape) or self.buffer.dtype != dtype:
             return None
         return self.buffer[position]

@@ -75,8 +75,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
 
     def _get(self, key: int, slot: Slot | None) -> dict[str, Any] | Skipped:
         index = self._checked_index(key)
-        if not isinstance(key, SampleKey):
-            key = index
+        key = SampleKey(index, key.epoch) if isinstance(key, SampleKey) else index
         path = self.index.paths[index] if len(self.index.paths) else None
         result = self.policy.run(index, path, lambda: self._load(index, key, slot))
         if self.debug and not isinstance(result, Skipped):
@@ -118,6 +117,11 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             )
             if target is not None:
                 return write_chw(image, target)
+        if slot is not None and isinstance(image, torch.Tensor) and image.ndim == 3:
+            slots, position = slot
+            target = slots.slot(position, tuple(image.shape), image.dtype)
+            if target is not None:
+                return target.copy_(image)
         return to_chw_tensor(image)
 
     def rng(self, key: int) -> np.random.Generator:

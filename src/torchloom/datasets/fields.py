@@ -26,6 +26,7 @@ from torchloom.errors import ManifestError, PathOutsideRootError
 from torchloom.index import StringColumn
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
+NAN_POLICIES = ("raise", "drop", "mean", "keep")
 # How many offending rows an error message names before summarising.
 ROWS_NAMED_IN_ERRORS = 5
 
@@ -54,12 +55,18 @@ class CompiledField:
 
 
 def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
-    """The column ``name``, or a :class:`ManifestError` naming it and the columns that exist."""
+    """The column ``name`` (dictionary-encoded columns decoded), or a :class:`ManifestError`
+    naming it and the columns that exist."""
     if name not in table.column_names:
         raise ManifestError(
             f"{what} needs column {name!r}, which the manifest lacks; columns present: {table.column_names}"
         )
-    return table.column(name)
+    column = table.column(name)
+    if pa.types.is_dictionary(column.type):
+        column = pa.chunked_array(
+            [chunk.dictionary_decode() for chunk in column.chunks], type=column.type.value_type
+        )
+    return column
 
 
 def _rows_text(rows: np.ndarray) -> str:
@@ -123,7 +130,8 @@ class Label:
     """A class label column, mapped to integers.
 
     With ``classes`` given, a label's number is its position there and any other value makes
-    the row invalid. Without, an integer column is used as is (values must be >= 0) and any
+    the row invalid. Without, an integer column is used as is (values must be >= 0; ``classes`` is
+    ``0..max``) and any
     other column is numbered by its sorted distinct values. Empty labels make the row invalid.
     """
 
@@ -157,7 +165,9 @@ class Label:
             labels = values.fill_null(-1).to_numpy().astype(np.int64)
             for row in np.flatnonzero(labels < 0):
                 invalid.setdefault(int(row), f"label {int(labels[row])} is negative")
-            classes = sorted(int(v) for v in pc.unique(values.drop_null()).to_pylist())
+            # Integer labels are used as given: the classes are 0..max, so len(classes) is the
+            # number of outputs a model needs even when some label never occurs.
+            classes = list(range(int(labels.max()) + 1)) if len(labels) and labels.max() >= 0 else []
         else:
             classes = sorted(pc.unique(values.drop_null()).to_pylist())
             positions = pc.index_in(values, value_set=pa.array(classes, type=values.type))
@@ -178,6 +188,12 @@ class Numeric:
     key: str = "numeric"
     nan: NanPolicy = "raise"
 
+    def __post_init__(self) -> None:
+        valid_word = isinstance(self.nan, str) and self.nan in NAN_POLICIES
+        valid_number = isinstance(self.nan, (int, float)) and not isinstance(self.nan, bool)
+        if not (valid_word or valid_number):
+            raise ValueError(f"Invalid nan={self.nan!r}; use one of {NAN_POLICIES} or a number")
+
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         names = [self.columns] if isinstance(self.columns, str) else list(self.columns)
         if not names:
@@ -186,11 +202,19 @@ class Numeric:
         for position, name in enumerate(names):
             raw = require_column(table, name, f"Numeric({name!r})")
             try:
-                matrix[:, position] = raw.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                wide = raw.cast(pa.float64()).to_numpy(zero_copy_only=False)
             except (pa.ArrowException, ValueError) as exc:
                 raise ManifestError(
                     f"Numeric column {name!r} has type {raw.type} and cannot be read as numbers ({exc})"
                 ) from exc
+            with np.errstate(over="ignore"):
+                matrix[:, position] = wide
+            overflow = np.flatnonzero(np.isfinite(wide) & ~np.isfinite(matrix[:, position]))
+            if len(overflow):
+                raise ManifestError(
+                    f"Numeric column {name!r} holds values beyond float32's range in rows "
+                    f"{_rows_text(overflow)}; rescale the column"
+                )
         missing = np.isnan(matrix)
         invalid: dict[int, str] = {}
         if missing.any():
@@ -227,9 +251,18 @@ class Text:
     key: str | None = None
     missing: Literal["raise", "drop", "empty"] = "raise"
 
+    def __post_init__(self) -> None:
+        if self.missing not in ("raise", "drop", "empty"):
+            raise ValueError(f"Invalid missing={self.missing!r}; use 'raise', 'drop' or 'empty'")
+
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         raw = require_column(table, self.column, f"Text({self.column!r})")
-        strings = raw.cast(pa.large_string())
+        try:
+            strings = raw.cast(pa.large_string())
+        except (pa.ArrowException, ValueError) as exc:
+            raise ManifestError(
+                f"Text column {self.column!r} of type {raw.type} is not text ({exc})"
+            ) from exc
         null_rows = np.flatnonzero(strings.is_null().to_numpy(zero_copy_only=False))
         invalid: dict[int, str] = {}
         if len(null_rows):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.errors import EmptyDatasetError
+from torchloom.errors import EmptyDatasetError, ValidationFailedError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
     VALIDATE_CHOICES,
@@ -95,7 +95,10 @@ class FolderDataset(IndexedDataset):
             if entry.is_file():
                 self.report.ignore(entry.path, "file directly in root, not in a class folder")
         lowered = tuple(extension.lower() for extension in extensions)
-        paths, labels = self._scan(lowered)
+        paths, labels, unreadable = self._scan(lowered)
+        if unreadable and strict:
+            raise ValidationFailedError(f"FolderDataset {self.root!r}", unreadable)
+        self.report.invalid.extend(unreadable)
         reasons = validate_files(
             paths,
             lambda path: check_image_file(path, validate, max_pixels),
@@ -124,12 +127,18 @@ class FolderDataset(IndexedDataset):
                 stacklevel=2,
             )
 
-    def _scan(self, extensions: tuple[str, ...]) -> tuple[list[str], list[int]]:
+    def _scan(self, extensions: tuple[str, ...]) -> tuple[list[str], list[int], list[tuple[str, str]]]:
+        """Image paths and labels, and the folders that could not be listed (with why)."""
         paths: list[str] = []
         labels: list[int] = []
+        unreadable: list[tuple[str, str]] = []
+
+        def note(error: OSError) -> None:
+            unreadable.append((str(error.filename), f"cannot list folder: {type(error).__name__}: {error}"))
+
         for label, name in enumerate(self.classes):
             found: list[str] = []
-            for folder, subfolders, files in os.walk(os.path.join(self.root, name)):
+            for folder, subfolders, files in os.walk(os.path.join(self.root, name), onerror=note):
                 subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
                 for file_name in files:
                     path = os.path.join(folder, file_name)
@@ -140,7 +149,7 @@ class FolderDataset(IndexedDataset):
             found.sort()
             paths.extend(found)
             labels.extend([label] * len(found))
-        return paths, labels
+        return paths, labels, unreadable
 
     @property
     def targets(self) -> np.ndarray:

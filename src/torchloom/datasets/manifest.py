@@ -11,7 +11,7 @@ import pyarrow as pa
 import torch
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Label
+from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Label, Text
 from torchloom.errors import EmptyDatasetError, ManifestError, ValidationFailedError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
@@ -28,6 +28,8 @@ from torchloom.io.table import read_table
 from torchloom.transforms.base import Transform
 
 DEFAULT_FIELDS: tuple[Field, ...] = (Image("image"), Label("label"))
+#: Keys every sample carries itself; fields may not use them.
+RESERVED_KEYS = frozenset({"index", "path"})
 
 
 class ManifestDataset(IndexedDataset):
@@ -86,16 +88,22 @@ class ManifestDataset(IndexedDataset):
             raise ValueError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
-        table, self.source, root_path = _load_manifest(manifest, root)
+        table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields))
         self.root = root_path
         keys = [f.key or getattr(f, "column", "") for f in fields]
         duplicated = sorted({k for k in keys if keys.count(k) > 1})
         if duplicated:
             raise ManifestError(f"fields {duplicated} share a key; give each field its own key=")
+        reserved = sorted(set(keys) & RESERVED_KEYS)
+        if reserved:
+            raise ManifestError(
+                f"field key(s) {reserved} are reserved for the sample's own {sorted(RESERVED_KEYS)}; "
+                "give the field another key=, e.g. Text('path', key='source_path')"
+            )
         images = [f for f in fields if isinstance(f, Image)]
         if len(images) > 1:
             raise ManifestError("ManifestDataset reads one Image field; join datasets for more")
-        context = FieldContext(self.root, allow_outside_root, check_symlinks=validate != "none")
+        context = FieldContext(self.root, allow_outside_root)
         compiled = [f.compile(table, context) for f in fields]
         self.report = DatasetReport()
         self.image_key = images[0].key if images else None
@@ -170,13 +178,20 @@ class ManifestDataset(IndexedDataset):
         return f"ManifestDataset({self.source!r}, {len(self)} samples, fields={[f.key for f in self.fields]})"
 
 
+def _string_columns(fields: Sequence[Field]) -> list[str]:
+    """Columns that must stay text when a CSV is read (no ``00123`` -> ``123``)."""
+    return [f.column for f in fields if isinstance(f, (Image, Text))]
+
+
 def _load_manifest(
-    manifest: str | os.PathLike[str] | pa.Table, root: str | os.PathLike[str] | None
+    manifest: str | os.PathLike[str] | pa.Table,
+    root: str | os.PathLike[str] | None,
+    string_columns: list[str],
 ) -> tuple[pa.Table, str, str]:
     if isinstance(manifest, pa.Table):
         if root is None:
             raise ManifestError("a manifest given as a table needs root= for its relative paths")
         return manifest, "<table>", os.fspath(root)
     source = os.fspath(manifest)
-    table = read_table(source)
+    table = read_table(source, string_columns=string_columns)
     return table, source, os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(source))

@@ -191,7 +191,7 @@ def _open_with_pillow(data: bytes, path: str | os.PathLike[str]) -> Image.Image:
         raise DecodeError(path, f"refused as a possible decompression bomb ({exc})") from exc
     except UnidentifiedImageError as exc:
         raise DecodeError(
-            path, f"not a supported image (first bytes {data[:8]!r}; formats {PILLOW_FORMATS})"
+            path, f"not a supported image (starts with {data[:8]!r}; reads {', '.join(PILLOW_FORMATS)})"
         ) from exc
     except (OSError, ValueError, SyntaxError) as exc:
         raise DecodeError(path, f"invalid image header ({exc})") from exc

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -23,11 +24,13 @@ from torchloom.errors import ManifestError
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 
 
-def read_table(path: str | os.PathLike[str]) -> pa.Table:
+def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = ()) -> pa.Table:
     """Read a manifest file into a table, choosing the format from its extension.
 
     ``.json`` may hold a list of objects or one object per line; ``.jsonl``/``.ndjson`` hold one
-    object per line; ``.csv``/``.tsv`` have a header row; ``.parquet``/``.pq`` are Parquet.
+    object per line; ``.csv``/``.tsv`` have a header row (empty cells are missing values, and
+    ``string_columns`` are kept as text rather than guessed as numbers); ``.parquet``/``.pq`` are
+    Parquet.
     """
     text_path = os.fspath(path)
     suffix = os.path.splitext(text_path)[1].lower()
@@ -42,13 +45,19 @@ def read_table(path: str | os.PathLike[str]) -> pa.Table:
             return pa_parquet.read_table(text_path)
         if suffix in (".csv", ".tsv"):
             options = pa_csv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
-            return pa_csv.read_csv(text_path, parse_options=options)
+            convert = pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in string_columns}, strings_can_be_null=True
+            )
+            return pa_csv.read_csv(text_path, parse_options=options, convert_options=convert)
         if suffix == ".json" and _starts_with_bracket(text_path):
             with open(text_path, encoding="utf-8") as handle:
                 rows = json.load(handle)
             if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
                 raise ManifestError(f"manifest {text_path!r} must be a JSON list of objects")
-            return pa.Table.from_pylist(rows)
+            if not rows:
+                return pa.table({})
+            # Infer the schema from every row, not the first: optional keys stay columns.
+            return pa.Table.from_batches([pa.RecordBatch.from_struct_array(pa.array(rows))])
         return pa_json.read_json(text_path)
     except ManifestError:
         raise
