@@ -56,7 +56,7 @@ class ListOfDicts(Dataset[dict[str, Any]]):
         return {
             "label": self.class_to_idx[row["defect"]],
             "numeric": torch.tensor([row["age"], row["weight"]], dtype=torch.float32),
-            "path": row["path"],
+            "file": row["path"],
             "title": row["title"],
             "index": index,
         }
@@ -75,7 +75,7 @@ class ConstantSamples(Dataset[dict[str, Any]]):
         return {
             "label": 1,
             "numeric": torch.tensor([1.0, 2.0]),
-            "path": "images/0001/part_0000001.jpg",
+            "file": "images/0001/part_0000001.jpg",
             "title": "part 1 from line 1",
             "index": index,
         }
@@ -151,7 +151,7 @@ def run_memory(rows: int = ROWS) -> tuple[MemoryResult, MemoryResult, MemoryResu
         path = make_manifest(folder, rows)
         ours = ManifestDataset(
             path,
-            fields=[Label("defect"), Numeric(["age", "weight"]), Text("path"), Text("title")],
+            fields=[Label("defect"), Numeric(["age", "weight"]), Text("path", key="file"), Text("title")],
             validate="none",
             progress=False,
         )

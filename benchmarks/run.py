@@ -160,7 +160,7 @@ def main() -> None:
         with open(gpu, encoding="utf-8") as handle:
             sections.append(handle.read().strip())
     with open(args.out, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(header) + "\n\n".join(sections) + "\n")
+        handle.write("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -21,14 +21,17 @@ def test_every_public_name_imports(name: str) -> None:
     assert getattr(module, name) is not None
 
 
-def test_readme_quick_start_runs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    quick_start = blocks[0]
+    assert len(blocks) == 3
     namespace: dict[str, object] = {}
-    exec(compile(quick_start, str(README), "exec"), namespace)
+    for block in blocks:  # one namespace: later blocks use the quick start's names
+        exec(compile(block, str(README), "exec"), namespace)
     printed = capsys.readouterr().out
     assert "{'class_0': 60, 'class_1': 21}" in printed
     assert "1 sample(s) skipped" in printed
+    assert "0 tensor([3.]) clean part" in printed
+    assert len(namespace["keys"]) == 81  # type: ignore[arg-type]
 
 
 def test_demo_trains_and_reports_every_planted_fault() -> None:
