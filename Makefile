@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/torchloom demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 
 test: lint

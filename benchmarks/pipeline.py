@@ -112,9 +112,17 @@ class PipelineResult:
         return paired_ratio(self.torchloom, self.bare)
 
 
+def paired_ratios(numerator: Measurement, denominator: Measurement) -> list[float]:
+    return [a / b for a, b in zip(numerator.rates, denominator.rates, strict=True)]
+
+
 def paired_ratio(numerator: Measurement, denominator: Measurement) -> float:
-    ratios = [a / b for a, b in zip(numerator.rates, denominator.rates, strict=True)]
-    return float(np.median(ratios))
+    return float(np.median(paired_ratios(numerator, denominator)))
+
+
+def ratio_range(numerator: Measurement, denominator: Measurement) -> str:
+    ratios = paired_ratios(numerator, denominator)
+    return f"{min(ratios):.2f}–{max(ratios):.2f}"
 
 
 def run_pipeline(root: str, source: str, num_workers: int, rounds: int = 5) -> PipelineResult:
@@ -147,8 +155,8 @@ def as_rows(results: list[PipelineResult]) -> list[dict[str, Any]]:
             "naive img/s": f"{r.naive.best:,.0f}",
             "torchloom img/s": f"{r.torchloom.best:,.0f}",
             "bare limit img/s": f"{r.bare.best:,.0f}",
-            "vs naive": f"{r.speedup:.2f}×",
-            "vs bare limit": f"{r.of_bare:.2f}×",
+            "vs naive": f"{r.speedup:.2f}× ({ratio_range(r.torchloom, r.naive)})",
+            "vs bare limit": f"{r.of_bare:.2f}× ({ratio_range(r.torchloom, r.bare)})",
         }
         for r in results
     ]

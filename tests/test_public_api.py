@@ -23,7 +23,7 @@ def test_every_public_name_imports(name: str) -> None:
 
 def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict[str, object] = {}
     for block in blocks:  # one namespace: later blocks use the quick start's names
         exec(compile(block, str(README), "exec"), namespace)
@@ -31,6 +31,9 @@ def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert "{'class_0': 60, 'class_1': 21}" in printed
     assert "1 sample(s) skipped" in printed
     assert "0 tensor([3.]) clean part" in printed
+    assert (
+        "torch.Size([2, 3, 96, 96]) torch.Size([2, 96, 96]) [[17, 4, 9], [0, 0, 0]] [True, False]" in printed
+    )
     assert len(namespace["keys"]) == 81  # type: ignore[arg-type]
 
 

@@ -6,8 +6,17 @@ Example:
     True
 """
 
-from torchloom.collate import CollateError, collate
-from torchloom.datasets import FolderDataset, Image, Label, ManifestDataset, Numeric, Text
+from torchloom.collate import (
+    AsList,
+    Collate,
+    CollateError,
+    CropOrPadVolumes,
+    PadImages,
+    PadSequences,
+    Stack,
+    collate,
+)
+from torchloom.datasets import FolderDataset, Image, Key, Label, ManifestDataset, Numeric, Text
 from torchloom.errors import (
     DecodeError,
     EmptyDatasetError,
@@ -18,6 +27,7 @@ from torchloom.errors import (
     ValidationFailedError,
 )
 from torchloom.faults import FaultPolicy, FaultReport, Skipped
+from torchloom.fusion import JoinedDataset, JoinError, JoinReport, TableDataset
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import read_image, read_table
 from torchloom.seeding import SampleKey, sample_rng
@@ -36,9 +46,12 @@ from torchloom.transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsList",
     "CenterCrop",
+    "Collate",
     "CollateError",
     "Compose",
+    "CropOrPadVolumes",
     "DatasetReport",
     "DecodeError",
     "EmptyDatasetError",
@@ -47,12 +60,18 @@ __all__ = [
     "FolderDataset",
     "HorizontalFlip",
     "Image",
+    "JoinError",
+    "JoinReport",
+    "JoinedDataset",
+    "Key",
     "Label",
     "Lambda",
     "ManifestDataset",
     "ManifestError",
     "Normalize",
     "Numeric",
+    "PadImages",
+    "PadSequences",
     "PathOutsideRootError",
     "RandomResizedCrop",
     "Resize",
@@ -60,7 +79,9 @@ __all__ = [
     "SampleIndex",
     "SampleKey",
     "Skipped",
+    "Stack",
     "StringColumn",
+    "TableDataset",
     "Text",
     "ToTensor",
     "TorchloomError",

@@ -1,5 +1,26 @@
-"""Collate functions."""
+"""Collate functions: the automatic ``collate`` and per-field rules with ``Collate``."""
 
 from torchloom.collate.auto import CollateError, collate, collate_values, stack_tensors
+from torchloom.collate.rules import (
+    AsList,
+    Collate,
+    CollateRule,
+    CropOrPadVolumes,
+    PadImages,
+    PadSequences,
+    Stack,
+)
 
-__all__ = ["CollateError", "collate", "collate_values", "stack_tensors"]
+__all__ = [
+    "AsList",
+    "Collate",
+    "CollateError",
+    "CollateRule",
+    "CropOrPadVolumes",
+    "PadImages",
+    "PadSequences",
+    "Stack",
+    "collate",
+    "collate_values",
+    "stack_tensors",
+]

@@ -29,10 +29,16 @@ class CollateError(TorchloomError, ValueError):
     """Samples cannot be batched; names the field, what was seen and the fix."""
 
 
-def collate(batch: Sequence[Any]) -> Any:
-    """Batch a list of samples (see the module docstring)."""
+def split_skipped(batch: Sequence[Any]) -> tuple[list[Any], list[Skipped]]:
+    """The samples of a batch, and the :class:`Skipped` markers among them."""
     samples = [sample for sample in batch if not isinstance(sample, Skipped)]
     skipped = [sample for sample in batch if isinstance(sample, Skipped)]
+    return samples, skipped
+
+
+def collate(batch: Sequence[Any]) -> Any:
+    """Batch a list of samples (see the module docstring)."""
+    samples, skipped = split_skipped(batch)
     if not samples:
         return {SKIPPED_KEY: skipped}
     result = collate_values(samples, "batch")

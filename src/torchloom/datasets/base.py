@@ -83,7 +83,9 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         return result
 
     def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
-        """Build sample ``index``; ``slot`` is where its image may go (see ``load_image``)."""
+        """Build sample ``index``; ``key`` is ``index`` as a :class:`SampleKey` when one was
+        given (samples carry it as ``"index"``, so collate rules can seed from it); ``slot`` is
+        where its image may go (see ``load_image``)."""
         raise NotImplementedError
 
     def _checked_index(self, key: int) -> int:

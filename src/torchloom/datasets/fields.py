@@ -276,4 +276,34 @@ class Text:
         return CompiledField(self.key or self.column, StringColumn.from_arrow(strings.fill_null("")), invalid)
 
 
-Field = Image | Label | Numeric | Text
+@dataclass(frozen=True)
+class Key:
+    """An identifier column (for joins): integers stay ``int``, anything else becomes ``str``.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> Key("id").compile(pa.table({"id": [7, 9]}), FieldContext(root=".")).values.tolist()
+        [7, 9]
+    """
+
+    column: str
+    key: str | None = None
+
+    def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
+        raw = require_column(table, self.column, f"Key({self.column!r})")
+        nulls = np.flatnonzero(raw.is_null().to_numpy(zero_copy_only=False))
+        invalid = {int(row): f"key column {self.column!r} is empty" for row in nulls}
+        if pa.types.is_integer(raw.type):
+            return CompiledField(
+                self.key or self.column, raw.fill_null(0).to_numpy().astype(np.int64), invalid
+            )
+        try:
+            strings = raw.cast(pa.large_string()).fill_null("")
+        except (pa.ArrowException, ValueError) as exc:
+            raise ManifestError(
+                f"Key column {self.column!r} of type {raw.type} is not an id ({exc})"
+            ) from exc
+        return CompiledField(self.key or self.column, StringColumn.from_arrow(strings), invalid)
+
+
+Field = Image | Label | Numeric | Text | Key

@@ -167,7 +167,7 @@ class FolderDataset(IndexedDataset):
         return {
             "image": self.load_image(path, self.rng(key), slot),
             "label": int(self.index.labels[index]),
-            "index": index,
+            "index": key,
             "path": path,
         }
 

@@ -143,6 +143,14 @@ class ManifestDataset(IndexedDataset):
             index, transform=transform, on_error=on_error, seed=seed, debug=debug, max_pixels=max_pixels
         )
 
+    def column(self, key: str) -> np.ndarray | StringColumn:
+        """The values a field gives its samples, one per sample, e.g. the ids of a ``Key`` field."""
+        for field in self.fields:
+            if field.key == key:
+                values: np.ndarray | StringColumn = field.values
+                return values
+        raise KeyError(f"{self!r} has no field with key {key!r}; keys: {[f.key for f in self.fields]}")
+
     @property
     def targets(self) -> np.ndarray:
         """The label of every sample (``-1`` everywhere without a Label field)."""
@@ -170,8 +178,8 @@ class ManifestDataset(IndexedDataset):
             elif values.ndim == 2:
                 sample[column.key] = torch.from_numpy(values[index].copy())
             else:
-                sample[column.key] = int(values[index])
-        sample["index"] = index
+                sample[column.key] = values[index].item()
+        sample["index"] = key
         return sample
 
     def __repr__(self) -> str:

@@ -1,0 +1,91 @@
+"""TableDataset: the rows of a table (Arrow, CSV, Parquet, JSON) as dict samples.
+
+Columns are held as numpy arrays (numbers, booleans) or :class:`torchloom.StringColumn`
+(text), so workers share them without copy-on-write growth. Missing numbers are NaN; missing
+text is ``None``; other column types (lists, structs) stay Arrow arrays, read per row.
+
+Example:
+    >>> import pyarrow as pa
+    >>> rows = TableDataset(pa.table({"id": [3, 4], "title": ["bolt", None], "price": [1.5, None]}))
+    >>> rows[1]
+    {'id': 4, 'title': None, 'price': nan}
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from torch.utils.data import Dataset
+
+from torchloom.index import StringColumn
+from torchloom.io.table import read_table
+
+
+class TableColumn:
+    """One column's values in compact storage, with nulls known per row."""
+
+    def __init__(self, array: pa.ChunkedArray) -> None:
+        if pa.types.is_dictionary(array.type):
+            array = pa.chunked_array(
+                [c.dictionary_decode() for c in array.chunks], type=array.type.value_type
+            )
+        self.type = array.type
+        self.nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+        self.values: np.ndarray | StringColumn | pa.Array
+        if pa.types.is_integer(array.type) and array.null_count == 0:
+            self.values = array.to_numpy().astype(np.int64)
+        elif pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+            self.values = array.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        elif pa.types.is_boolean(array.type) and array.null_count == 0:
+            self.values = array.to_numpy(zero_copy_only=False).astype(bool)
+        elif pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+            self.values = StringColumn.from_arrow(array.fill_null(""))
+        else:
+            self.values = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
+
+    def __getitem__(self, row: int) -> Any:
+        if isinstance(self.values, StringColumn):
+            return None if self.nulls is not None and self.nulls[row] else self.values[row]
+        if isinstance(self.values, np.ndarray):
+            return self.values[row].item()
+        return self.values[row].as_py()
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class TableDataset(Dataset[dict[str, Any]]):
+    """Each row of a table as ``{column: value}``; ``columns`` picks and orders the columns."""
+
+    def __init__(self, table: pa.Table | str | os.PathLike[str], *, columns: list[str] | None = None) -> None:
+        self.source = "<table>" if isinstance(table, pa.Table) else os.fspath(table)
+        loaded = table if isinstance(table, pa.Table) else read_table(table)
+        names = columns if columns is not None else loaded.column_names
+        missing = [name for name in names if name not in loaded.column_names]
+        if missing:
+            raise KeyError(f"table {self.source!r} lacks columns {missing}; it has {loaded.column_names}")
+        self.columns = {name: TableColumn(loaded.column(name)) for name in names}
+        self._length = loaded.num_rows
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        index = int(row)
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"row {int(row)} out of range for a table of {self._length} rows")
+        return {name: column[index] for name, column in self.columns.items()}
+
+    def column(self, name: str) -> np.ndarray | StringColumn | pa.Array:
+        """The stored values of column ``name`` (used for join keys)."""
+        if name not in self.columns:
+            raise KeyError(f"table {self.source!r} has no column {name!r}; it has {list(self.columns)}")
+        return self.columns[name].values
+
+    def __repr__(self) -> str:
+        return f"TableDataset({self.source!r}, {len(self)} rows, columns={list(self.columns)})"
