@@ -220,7 +220,7 @@ def test_max_size_shrinks_only_when_asked_and_aslist_stack_skipped() -> None:
     batch = Collate({"i": PadImages(max_size=(10, 10))})(
         [{"i": big}, {"i": torch.zeros(3, 4, 4, dtype=torch.uint8)}]
     )
-    assert batch["i"].shape == (2, 3, 10, 5) and batch["i_size"].tolist() == [[10, 5], [4, 4]]
+    assert batch["i"].shape == (2, 3, 10, 5) and batch["i_size"].tolist() == [[40, 20], [4, 4]]
     assert int(batch["i"][0].min()) == 200  # shrunk (antialiased), not cropped
     marker = Skipped(7, "x.jpg", "DecodeError", "truncated")
     out = Collate({"p": AsList(), "x": Stack()})(

@@ -80,9 +80,11 @@ def test_duplicate_keys_and_key_type_mismatch(photos: ManifestDataset) -> None:
     duplicated = pa.table({"id": [10, 10, 12, 12, 13], "price": [1.0] * 5})
     with pytest.raises(JoinError, match=r"duplicate 'id' keys: \[10, 12\]"):
         JoinedDataset({"photo": photos, "prices": duplicated}, on="id")
-    as_strings = pa.table({"id": ["10", "12"], "price": [1.0, 2.0]})
+    as_strings = pa.table({"id": ["A10", "A12"], "price": [1.0, 2.0]})
     with pytest.raises(JoinError, match="different types"):
         JoinedDataset({"photo": photos, "prices": as_strings}, on="id")
+    canonical = pa.table({"id": ["10", "12"], "price": [1.0, 2.0]})  # ids as text, as CSV gives them
+    assert len(JoinedDataset({"photo": photos, "prices": canonical}, on="id")) == 2
     with pytest.raises(JoinError, match="no key column 'sku'"):
         JoinedDataset({"photo": photos, "prices": PRICES}, on="sku")
     with pytest.raises(JoinError, match="cannot list its keys"):
@@ -100,6 +102,32 @@ def test_string_keys_and_table_files(tmp_path: Path) -> None:
         {"sku": "B-2", "index": 1, "price": 4, "title": "nut"},
     ]
     assert TableDataset(tmp_path / "a.csv")[-1] == {"sku": "B-2", "price": 4}
+
+
+def test_id_edge_cases(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,x\n007,1\n7,2\n")
+    (tmp_path / "b.csv").write_text("id,y\n007,10\n8,20\n")
+    joined = JoinedDataset({"a": tmp_path / "a.csv", "b": tmp_path / "b.csv"}, on="id")
+    assert [joined[i] for i in range(len(joined))] == [{"id": "007", "index": 0, "x": 1, "y": 10}]
+    with pytest.raises(JoinError, match="empty 'id'"):
+        JoinedDataset({"a": pa.table({"id": ["a", None]}), "b": pa.table({"id": ["a", ""]})}, on="id")
+    with pytest.raises(JoinError, match="empty 'id'"):
+        JoinedDataset({"a": pa.table({"id": [1, None]}), "b": pa.table({"id": [1, 2]})}, on="id")
+    with pytest.raises(JoinError, match="would be named 'b_title'"):
+        JoinedDataset(
+            {
+                "a": pa.table({"id": [1], "title": ["x"], "b_title": ["y"]}),
+                "b": pa.table({"id": [1], "title": ["z"]}),
+            },
+            on="id",
+        )
+
+
+def test_masked_values_are_fresh_per_sample(photos: ManifestDataset) -> None:
+    table = pa.table({"id": [10, 50, 51], "price": [1.0, 2.0, 3.0]})
+    joined = JoinedDataset({"prices": table, "photo": photos}, on="id", how="left", missing="mask")
+    joined[1]["image"].add_(5)
+    assert int(joined[2]["image"].sum()) == 0
 
 
 def test_sample_keys_reach_sources_and_workers_batch_it(photos: ManifestDataset) -> None:

@@ -30,6 +30,15 @@ from torchloom.faults import FaultPolicy, FaultReport, Skipped
 from torchloom.fusion import JoinedDataset, JoinError, JoinReport, TableDataset
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import read_image, read_table
+from torchloom.samplers import (
+    BalancedSampler,
+    BatchKeySampler,
+    MixedDataset,
+    MixtureSampler,
+    WeightedSampler,
+    WindowDataset,
+    WindowSampler,
+)
 from torchloom.seeding import SampleKey, sample_rng
 from torchloom.transforms import (
     CenterCrop,
@@ -47,6 +56,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsList",
+    "BalancedSampler",
+    "BatchKeySampler",
     "CenterCrop",
     "Collate",
     "CollateError",
@@ -68,6 +79,8 @@ __all__ = [
     "Lambda",
     "ManifestDataset",
     "ManifestError",
+    "MixedDataset",
+    "MixtureSampler",
     "Normalize",
     "Numeric",
     "PadImages",
@@ -87,6 +100,9 @@ __all__ = [
     "TorchloomError",
     "TransformError",
     "ValidationFailedError",
+    "WeightedSampler",
+    "WindowDataset",
+    "WindowSampler",
     "__version__",
     "collate",
     "read_image",

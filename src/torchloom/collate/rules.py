@@ -114,10 +114,11 @@ class PadImages:
     """Pad ``(C, H, W)`` images to the batch's largest height and width (bottom and right).
 
     Emits ``<field>`` ``(B, C, H, W)``, ``<field>_mask`` ``(B, H, W)`` (True on real pixels) and
-    ``<field>_size`` ``(B, 2)`` (each image's height and width in the batch). Images are never
+    ``<field>_size`` ``(B, 2)`` (each image's original height and width). Images are never
     resized unless ``max_size`` is given: then one larger than ``max_size`` (``int`` or
-    ``(height, width)``) is shrunk, keeping its aspect ratio, to fit inside it. ``multiple_of``
-    rounds the padded size up (e.g. 32 for a network with 5 stride-2 stages).
+    ``(height, width)``) is shrunk, keeping its aspect ratio, to fit inside it (its mask covers
+    the shrunk image). ``multiple_of`` rounds the padded size up (e.g. 32 for a network with 5
+    stride-2 stages), which may exceed ``max_size``.
     """
 
     multiple_of: int = 1
@@ -132,6 +133,7 @@ class PadImages:
         images = [_image_tensor(value, field, position) for position, value in enumerate(values)]
         _same(field, "channel count", [image.shape[0] for image in images])
         _same(field, "dtype", [image.dtype for image in images])
+        original = torch.tensor([[image.shape[1], image.shape[2]] for image in images], dtype=torch.int64)
         if self.max_size is not None:
             images = [_fit_inside(image, self.max_size) for image in images]
         height = _round_up(max(image.shape[1] for image in images), self.multiple_of)
@@ -143,8 +145,7 @@ class PadImages:
         for position, image in enumerate(images):
             out[position, :, : image.shape[1], : image.shape[2]] = image
             mask[position, : image.shape[1], : image.shape[2]] = True
-        sizes = torch.tensor([[image.shape[1], image.shape[2]] for image in images], dtype=torch.int64)
-        return {field: out, f"{field}_mask": mask, f"{field}_size": sizes}
+        return {field: out, f"{field}_mask": mask, f"{field}_size": original}
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,8 @@ class CropOrPadVolumes:
                 )
         _same(field, "leading shape", [tuple(v.shape[: v.ndim - axes]) for v in volumes])
         _same(field, "dtype", [v.dtype for v in volumes])
+        if self.mode == "constant":
+            _check_pad_value(field, self.pad_value, volumes[0].dtype)
         shaped, masks = [], []
         for position, (volume, sample) in enumerate(zip(volumes, samples, strict=True)):
             rng = self._rng(field, sample, position)
@@ -278,7 +281,14 @@ class CropOrPadVolumes:
 
 
 def _image_tensor(value: Any, field: str, position: int) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        value = np.ascontiguousarray(value)
     image = torch.as_tensor(value)
+    if image.ndim == 3 and image.shape[0] not in (1, 2, 3, 4) and image.shape[2] in (1, 3, 4):
+        raise CollateError(
+            f"batch.{field}: sample {position} has shape {tuple(image.shape)}, which looks like (H, W, C); "
+            "PadImages expects (C, H, W): convert with ToTensor() or .permute(2, 0, 1)"
+        )
     if image.ndim != 3:
         raise CollateError(
             f"batch.{field}: sample {position} has shape {tuple(image.shape)}; PadImages expects "

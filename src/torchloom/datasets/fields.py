@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from torchloom.errors import ManifestError, PathOutsideRootError
 from torchloom.index import StringColumn
+from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
 NAN_POLICIES = ("raise", "drop", "mean", "keep")
@@ -278,7 +279,8 @@ class Text:
 
 @dataclass(frozen=True)
 class Key:
-    """An identifier column (for joins): integers stay ``int``, anything else becomes ``str``.
+    """An identifier column (for joins): integers (and text that is all canonical integers, as
+    CSV ids are read) become ``int``; other ids stay ``str``. Empty ids make the row invalid.
 
     Example:
         >>> import pyarrow as pa
@@ -291,19 +293,19 @@ class Key:
 
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         raw = require_column(table, self.column, f"Key({self.column!r})")
-        nulls = np.flatnonzero(raw.is_null().to_numpy(zero_copy_only=False))
+        ids = as_id_array(raw)
+        nulls = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
         invalid = {int(row): f"key column {self.column!r} is empty" for row in nulls}
-        if pa.types.is_integer(raw.type):
-            return CompiledField(
-                self.key or self.column, raw.fill_null(0).to_numpy().astype(np.int64), invalid
-            )
+        key = self.key or self.column
+        if pa.types.is_integer(ids.type):
+            return CompiledField(key, ids.fill_null(0).to_numpy().astype(np.int64), invalid)
         try:
-            strings = raw.cast(pa.large_string()).fill_null("")
+            strings = ids.cast(pa.large_string()).fill_null("")
         except (pa.ArrowException, ValueError) as exc:
             raise ManifestError(
                 f"Key column {self.column!r} of type {raw.type} is not an id ({exc})"
             ) from exc
-        return CompiledField(self.key or self.column, StringColumn.from_arrow(strings), invalid)
+        return CompiledField(key, StringColumn.from_arrow(strings), invalid)
 
 
 Field = Image | Label | Numeric | Text | Key

@@ -11,7 +11,7 @@ import pyarrow as pa
 import torch
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Label, Text
+from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Key, Label, Text
 from torchloom.errors import EmptyDatasetError, ManifestError, ValidationFailedError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
@@ -188,7 +188,7 @@ class ManifestDataset(IndexedDataset):
 
 def _string_columns(fields: Sequence[Field]) -> list[str]:
     """Columns that must stay text when a CSV is read (no ``00123`` -> ``123``)."""
-    return [f.column for f in fields if isinstance(f, (Image, Text))]
+    return [f.column for f in fields if isinstance(f, (Image, Text, Key))]
 
 
 def _load_manifest(

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
             raise ValueError(f"JoinedDataset needs at least two sources, got {list(sources)}")
         self.on, self.how, self.missing = on, how, missing
         self.sources: dict[str, Dataset[Any]] = {
-            name: _as_dataset(source) for name, source in sources.items()
+            name: _as_dataset(source, on) for name, source in sources.items()
         }
         self.report = JoinReport()
         keys = {name: _keys_of(name, dataset, on) for name, dataset in self.sources.items()}
@@ -111,9 +112,10 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         for name, values in keys.items():
             _check_unique(name, values, on)
         self.keys, self.rows = self._join(keys)
-        self._names = self._field_names()
+        firsts = {name: self._first_sample(name) for name in self.sources}  # loaded once, used twice
+        self._names = self._field_names(firsts)
         self._zeros = (
-            {name: _zero_like(self._first_sample(name)) for name in self.sources} if missing == "mask" else {}
+            {name: _zero_like(sample) for name, sample in firsts.items()} if missing == "mask" else {}
         )
 
     def _join(self, keys: dict[str, pa.Array]) -> tuple[pa.Array, dict[str, np.ndarray]]:
@@ -151,12 +153,9 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
             raise JoinError(f"source {name!r} returns {type(sample).__name__}, not dict samples")
         return dict(sample)
 
-    def _field_names(self) -> dict[str, dict[str, str]]:
+    def _field_names(self, firsts: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
         """Per source, its field -> the name that field takes in a joined sample."""
-        fields = {
-            name: [k for k in self._first_sample(name) if k not in (self.on, "index")]
-            for name in self.sources
-        }
+        fields = {name: [k for k in sample if k not in (self.on, "index")] for name, sample in firsts.items()}
         seen: dict[str, int] = {}
         for names in fields.values():
             for key in names:
@@ -167,6 +166,16 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
             result[name] = {
                 key: f"{name}_{key}" if seen[key] > 1 or key in reserved else key for key in names
             }
+        outputs: dict[str, str] = {}
+        for name, mapping in result.items():
+            for key, output in mapping.items():
+                if output in outputs or output in reserved:
+                    first = outputs.get(output, "the join itself")
+                    raise JoinError(
+                        f"field {key!r} of source {name!r} would be named {output!r}, which {first} already "
+                        "uses; rename a field"
+                    )
+                outputs[output] = f"source {name!r}"
         return result
 
     def __len__(self) -> int:
@@ -184,7 +193,7 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         for name, dataset in self.sources.items():
             row = int(self.rows[name][index])
             if row < 0:
-                part = self._zeros[name]
+                part = copy.deepcopy(self._zeros[name])  # a fresh zero value: samples never share tensors
             else:
                 part = dataset[SampleKey(row, epoch) if epoch is not None else row]
                 if isinstance(part, Skipped):
@@ -201,9 +210,9 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         return f"JoinedDataset({list(self.sources)}, on={self.on!r}, how={self.how!r}, {len(self)} samples)"
 
 
-def _as_dataset(source: Source) -> Dataset[Any]:
+def _as_dataset(source: Source, on: str) -> Dataset[Any]:
     if isinstance(source, (pa.Table, str, os.PathLike)):
-        return TableDataset(source)
+        return TableDataset(source, id_column=on)
     if isinstance(source, Dataset):
         return source
     raise TypeError(
@@ -212,6 +221,13 @@ def _as_dataset(source: Source) -> Dataset[Any]:
 
 
 def _keys_of(name: str, dataset: Dataset[Any], on: str) -> pa.Array:
+    join_keys = getattr(dataset, "join_keys", None)
+    if join_keys is not None:
+        try:
+            keys: pa.Array = join_keys(on)
+        except KeyError as exc:
+            raise JoinError(f"source {name!r} has no key column {on!r}: {exc}") from exc
+        return keys.cast(pa.large_string()) if pa.types.is_string(keys.type) else keys
     column = getattr(dataset, "column", None)
     if column is None:
         raise JoinError(

@@ -21,7 +21,7 @@ import pyarrow as pa
 from torch.utils.data import Dataset
 
 from torchloom.index import StringColumn
-from torchloom.io.table import read_table
+from torchloom.io.table import as_id_array, read_table
 
 
 class TableColumn:
@@ -33,6 +33,7 @@ class TableColumn:
                 [c.dictionary_decode() for c in array.chunks], type=array.type.value_type
             )
         self.type = array.type
+        self.arrow = array
         self.nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         self.values: np.ndarray | StringColumn | pa.Array
         if pa.types.is_integer(array.type) and array.null_count == 0:
@@ -58,11 +59,26 @@ class TableColumn:
 
 
 class TableDataset(Dataset[dict[str, Any]]):
-    """Each row of a table as ``{column: value}``; ``columns`` picks and orders the columns."""
+    """Each row of a table as ``{column: value}``; ``columns`` picks and orders the columns.
 
-    def __init__(self, table: pa.Table | str | os.PathLike[str], *, columns: list[str] | None = None) -> None:
+    ``id_column`` is read as an id: from CSV as text first (``"007"`` keeps its zeros), then as
+    integers when every value is a canonical integer.
+    """
+
+    def __init__(
+        self,
+        table: pa.Table | str | os.PathLike[str],
+        *,
+        columns: list[str] | None = None,
+        id_column: str | None = None,
+    ) -> None:
         self.source = "<table>" if isinstance(table, pa.Table) else os.fspath(table)
-        loaded = table if isinstance(table, pa.Table) else read_table(table)
+        text = [id_column] if id_column is not None else []
+        loaded = table if isinstance(table, pa.Table) else read_table(table, string_columns=text)
+        self.id_column = id_column
+        if id_column is not None and id_column in loaded.column_names:
+            ids = as_id_array(loaded.column(id_column))
+            loaded = loaded.set_column(loaded.column_names.index(id_column), id_column, ids)
         names = columns if columns is not None else loaded.column_names
         missing = [name for name in names if name not in loaded.column_names]
         if missing:
@@ -80,6 +96,12 @@ class TableDataset(Dataset[dict[str, Any]]):
         if not 0 <= index < self._length:
             raise IndexError(f"row {int(row)} out of range for a table of {self._length} rows")
         return {name: column[index] for name, column in self.columns.items()}
+
+    def join_keys(self, name: str) -> pa.Array:
+        """Column ``name`` as Arrow with its nulls, as ids (see :func:`torchloom.io.table.as_id_array`)."""
+        if name not in self.columns:
+            raise KeyError(f"table {self.source!r} has no column {name!r}; it has {list(self.columns)}")
+        return as_id_array(self.columns[name].arrow)
 
     def column(self, name: str) -> np.ndarray | StringColumn | pa.Array:
         """The stored values of column ``name`` (used for join keys)."""

@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
@@ -69,3 +70,29 @@ def _starts_with_bracket(path: str) -> bool:
     with open(path, "rb") as handle:
         head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     return head.startswith(b"[")
+
+
+def as_id_array(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Ids as Arrow: integers stay integers (int64); text whose every value is a canonical
+    integer (``"10"``, not ``"007"``) becomes int64, so ids read from CSV match ids from Parquet;
+    other text stays text. Nulls stay nulls.
+
+    Example:
+        >>> as_id_array(pa.array(["10", "-3", None])).to_pylist(), as_id_array(pa.array(["007"])).to_pylist()
+        ([10, -3, None], ['007'])
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_integer(array.type):
+        if pa.types.is_unsigned_integer(array.type) and len(array) and (pc.max(array).as_py() or 0) >= 2**63:
+            raise ManifestError("ids above 2**63 - 1 cannot be held as int64; store them as text")
+        return array.cast(pa.int64())
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        text = array.cast(pa.large_string())
+        valid = text.drop_null()
+        if len(valid) and pc.all(pc.match_substring_regex(valid, r"^-?(0|[1-9][0-9]{0,17})$")).as_py():
+            return text.cast(pa.int64())
+        return text
+    return array
