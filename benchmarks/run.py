@@ -23,6 +23,7 @@ from benchmarks.collate_bench import BATCH, ROUNDS, run_collate
 from benchmarks.common import cpu_count
 from benchmarks.memory import ROWS, run_memory
 from benchmarks.pipeline import PipelineResult, as_rows, run_pipeline
+from benchmarks.sampler_bench import INDICES, run_samplers
 from torchloom.synthetic import write_class_folders
 
 GOALS = {
@@ -172,11 +173,44 @@ def collate_section() -> str:
     )
 
 
+def sampler_section() -> str:
+    results = run_samplers()
+    for result in results:
+        print(f"sampler: {result}", flush=True)
+    rows = [
+        {
+            "sampler": r.name,
+            "torchloom indices/s": f"{r.ours_per_second:,.0f}",
+            "WeightedRandomSampler indices/s": f"{r.torch_per_second:,.0f}",
+            "ratio": f"{r.ratio:.2f}×",
+        }
+        for r in results
+    ]
+    lines = [
+        "## Samplers",
+        "",
+        f"One epoch of {INDICES:,} indices, from `iter(sampler)` to the last index, in this process, best "
+        "of 3 rounds each. torchloom's samplers yield `SampleKey`s (ints carrying the epoch); the reference "
+        "is `torch.utils.data.WeightedRandomSampler` with the same weights (for BalancedSampler: `1 / "
+        "class count` per sample, over 10 imbalanced classes).",
+        "",
+        markdown_table(rows),
+        "",
+        "| goal | measured | met |",
+        "|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.name} ≥ 1× WeightedRandomSampler | {r.ratio:.2f}× | {'yes' if r.ratio >= 1 else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="BENCHMARKS.md")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--only", choices=["pipeline", "memory", "collate"], default=None)
+    parser.add_argument("--only", choices=["pipeline", "memory", "collate", "samplers"], default=None)
     args = parser.parse_args()
     header = [
         "# torchloom benchmarks",
@@ -194,6 +228,8 @@ def main() -> None:
         sections.append(memory_section(args.quick))
     if args.only in (None, "collate"):
         sections.append(collate_section())
+    if args.only in (None, "samplers"):
+        sections.append(sampler_section())
     gpu = os.path.join(os.path.dirname(os.path.abspath(args.out)), "benchmarks", "GPU.md")
     if os.path.exists(gpu):
         with open(gpu, encoding="utf-8") as handle:

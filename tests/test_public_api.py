@@ -23,7 +23,7 @@ def test_every_public_name_imports(name: str) -> None:
 
 def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, object] = {}
     for block in blocks:  # one namespace: later blocks use the quick start's names
         exec(compile(block, str(README), "exec"), namespace)
@@ -35,6 +35,8 @@ def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
         "torch.Size([2, 3, 96, 96]) torch.Size([2, 96, 96]) [[17, 4, 9], [0, 0, 0]] [True, False]" in printed
     )
     assert len(namespace["keys"]) == 81  # type: ignore[arg-type]
+    assert "33 [40.5 40.5]" in printed
+    assert sorted(namespace["mixed_batch"]) == [0, 0, 0, 0, 0, 0, 1, 1]  # type: ignore[arg-type]
 
 
 def test_demo_trains_and_reports_every_planted_fault() -> None:

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -27,28 +29,34 @@ class SampleKey(int):
     """A sample index that also carries the epoch it was drawn in.
 
     It is an ``int`` subclass, so it works anywhere an index does (``dataset[key]``,
-    ``list[key]``), and pickles across DataLoader worker processes.
+    ``list[key]``), and pickles across DataLoader worker processes. (Each epoch has its own
+    subclass holding ``epoch`` as a class attribute, so a key costs no more than an int to make.)
 
     Example:
         >>> keys = [SampleKey(i, epoch=1) for i in range(3)]
-        >>> [k.epoch for k in keys]
-        [1, 1, 1]
+        >>> [k.epoch for k in keys], isinstance(keys[0], SampleKey)
+        ([1, 1, 1], True)
     """
 
-    epoch: int
+    __slots__ = ()
+    epoch: int = 0
 
     def __new__(cls, index: int, epoch: int = 0) -> SampleKey:
         if epoch < 0:
             raise ValueError(f"SampleKey epoch must be >= 0, got epoch={epoch}")
-        key = super().__new__(cls, index)
-        key.epoch = int(epoch)
-        return key
+        return int.__new__(key_class(int(epoch)), index)
 
     def __reduce__(self) -> tuple[type[SampleKey], tuple[int, int]]:
         return (SampleKey, (int(self), self.epoch))
 
     def __repr__(self) -> str:
         return f"SampleKey(index={int(self)}, epoch={self.epoch})"
+
+
+@functools.cache
+def key_class(epoch: int) -> type[SampleKey]:
+    """The SampleKey subclass of one epoch (memoised; ``int.__new__(key_class(e), i)`` makes a key fast)."""
+    return type("SampleKey", (SampleKey,), {"__slots__": (), "epoch": epoch})
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:

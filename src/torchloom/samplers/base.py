@@ -14,7 +14,9 @@ after ``load_state_dict`` the next iteration yields exactly the rest of that epo
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +25,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from torchloom.seeding import SampleKey
+from torchloom.seeding import SampleKey, key_class
 
 STATE_EPOCH = "epoch"
 STATE_YIELDED = "yielded"
@@ -82,6 +84,7 @@ class KeySampler(Sampler[SampleKey]):
         self._finished_epoch: int | None = None
         self._warned_repeat = False
         self._cache: tuple[int, np.ndarray] | None = None
+        self._live: tuple[Iterator[SampleKey], int, int] | None = None
 
     def _global_order(self, epoch: int) -> np.ndarray:
         """All indices of one epoch, in order, as int64 (a multiple of ``unit`` long)."""
@@ -152,14 +155,21 @@ class KeySampler(Sampler[SampleKey]):
         indices = self.rank_indices()
         start, self._resume_from = self._resume_from, 0
         epoch = self.epoch
-        self._yielded = start
-        for position in range(start, len(indices)):
-            self._yielded = position + 1
-            yield SampleKey(int(indices[position]), epoch)
+        # Keys are made in C (int.__new__ over the list), and iterated in C: the position is read
+        # from the list iterator's remaining length when a checkpoint asks for it.
+        keys = list(map(functools.partial(int.__new__, key_class(epoch)), indices[start:].tolist()))
+        iterator = iter(keys)
+        self._live = (iterator, start, len(keys))
+        yield from iterator
+        self._live = None
+        self._yielded = len(indices)
         self._finished_epoch = epoch
 
     def state_dict(self) -> dict[str, Any]:
         """The position in the current epoch (plain ints: safe in any checkpoint)."""
+        if self._live is not None:
+            iterator, start, count = self._live
+            self._yielded = start + count - operator.length_hint(iterator)
         return {
             STATE_EPOCH: self.epoch,
             STATE_YIELDED: self._yielded,
@@ -182,3 +192,4 @@ class KeySampler(Sampler[SampleKey]):
         self._finished_epoch = None
         self._resume_from = min(max(0, yielded), len(self.rank_indices(epoch)))
         self._yielded = self._resume_from
+        self._live = None
