@@ -206,6 +206,16 @@ def sampler_section() -> str:
     return "\n".join(lines)
 
 
+def merge_sections(path: str, fresh: list[str]) -> list[str]:
+    """The sections of an existing BENCHMARKS.md, with those measured now replaced."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    old = ["## " + part.strip() for part in text.split("\n## ")[1:]]
+    titles = {section.splitlines()[0]: section for section in fresh}
+    merged = [titles.pop(section.splitlines()[0], section) for section in old]
+    return merged + list(titles.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="BENCHMARKS.md")
@@ -218,7 +228,12 @@ def main() -> None:
         f"Written by `make bench` (`python -m benchmarks.run{' --quick' if args.quick else ''}`) on "
         f"{datetime.date.today().isoformat()}: {platform.machine()}, {cpu_count()} CPUs, "
         f"Python {platform.python_version()}, torch {torch.__version__}. Ratios compare runs made in the "
-        "same process on the same generated files.",
+        "same process on the same generated files."
+        + (
+            f" The {args.only} section was last re-measured alone (`--only {args.only}`)."
+            if args.only
+            else ""
+        ),
         "",
     ]
     sections = []
@@ -234,6 +249,8 @@ def main() -> None:
     if os.path.exists(gpu):
         with open(gpu, encoding="utf-8") as handle:
             sections.append(handle.read().strip())
+    if args.only is not None and os.path.exists(args.out):
+        sections = merge_sections(args.out, sections)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     print(f"wrote {args.out}")

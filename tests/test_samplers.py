@@ -356,3 +356,52 @@ def test_weighted_random_sampler_reference_still_differs_by_design() -> None:
         WeightedRandomSampler([1.0, 1.0], num_samples=4, generator=torch.Generator().manual_seed(0))
     )
     assert len(reference) == 4
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batch_sampler_resume_through_stateful_dataloader(num_workers: int) -> None:
+    def make() -> BatchKeySampler:
+        return BatchKeySampler(SAMPLERS["mixture_batches"](), 5)
+
+    def loader(batches: BatchKeySampler) -> StatefulDataLoader:
+        return StatefulDataLoader(KeyEcho(100), batch_sampler=batches, num_workers=num_workers)
+
+    full = [i for batch in loader(make()) for i in batch["index"].tolist()]
+    first = loader(make())
+    seen, _ = consume(first, 3)
+    state = first.state_dict()
+    resumed = loader(make())
+    resumed.load_state_dict(state)
+    seen += [i for batch in resumed for i in batch["index"].tolist()]
+    assert seen == full and len(full) == len(make()) * 5
+
+
+def test_mixture_refuses_batches_it_cannot_fill() -> None:
+    with pytest.raises(ValueError, match="fewer samples than their share"):
+        MixtureSampler([100, 2], [0.5, 0.5], batch_size=8)
+
+
+@settings(max_examples=30, deadline=None)
+@given(world=st.integers(1, 4), drop_last=st.booleans(), name=st.sampled_from(sorted(SAMPLERS)))
+def test_any_sampler_splits_its_global_order_across_ranks(world: int, drop_last: bool, name: str) -> None:
+    samplers = []
+    for rank in range(world):
+        sampler = SAMPLERS[name]()
+        sampler.rank, sampler.world_size, sampler.drop_last = rank, world, drop_last
+        samplers.append(sampler)
+    order = samplers[0].global_order(0).reshape(-1, samplers[0].unit)
+    units = len(order)
+    per_rank = units // world if drop_last else -(-units // world)
+    expected = (
+        np.concatenate([order] * 2)[: per_rank * world]
+        if per_rank * world > units
+        else order[: per_rank * world]
+    )
+    taken = Counter(int(k) for sampler in samplers for k in sampler)
+    assert taken == Counter(expected.reshape(-1).tolist())
+    assert len({len(sampler) for sampler in samplers}) == 1
+    assert (
+        samplers[0].padded == (per_rank * world - units) * samplers[0].unit
+        if not drop_last
+        else samplers[0].dropped == (units - per_rank * world) * samplers[0].unit
+    )

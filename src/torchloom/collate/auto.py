@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from torchloom.collate.buffers import consecutive_block, empty_batch
 from torchloom.errors import TorchloomError
@@ -61,7 +62,8 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
     beside ``None``) is a :class:`CollateError` naming the field. Strings (and ``None`` among
     them) stay a list.
     """
-    kinds = {_kind(value) for value in values}
+    types = {type(value) for value in values}
+    kinds = {_kind(values[0])} if len(types) == 1 else {_kind(value) for value in values}
     if kinds == {"int", "float"}:
         kinds = {"float"}
     if kinds <= {"tensor", "array"}:
@@ -75,7 +77,8 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
         )
     (kind,) = kinds
     if kind == "tensor":
-        return stack_tensors([torch.as_tensor(value) for value in values], field)
+        tensors = values if types == {torch.Tensor} else [torch.as_tensor(value) for value in values]
+        return stack_tensors(tensors, field)
     if kind == "bool":
         return torch.tensor([bool(value) for value in values], dtype=torch.bool)
     if kind == "int":
@@ -83,9 +86,10 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
     if kind == "float":
         return torch.tensor([float(value) for value in values], dtype=torch.float64)
     if kind == "mapping":
-        keys = list(values[0])
+        first_keys = values[0].keys()
+        keys = list(first_keys)
         for value in values:
-            if set(value) != set(keys):
+            if value.keys() != first_keys:
                 raise CollateError(
                     f"{field}: samples have different keys ({sorted(keys)} vs {sorted(value)})"
                 )
@@ -131,8 +135,9 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
     :class:`torchloom.collate.buffers.BatchSlots`) are returned as that buffer, uncopied.
     """
     first = tensors[0]
+    shape, dtype = first.shape, first.dtype
     for tensor in tensors:
-        if tensor.shape != first.shape or tensor.dtype != first.dtype:
+        if tensor.shape != shape or tensor.dtype != dtype:
             shapes = sorted({(tuple(t.shape), str(t.dtype)) for t in tensors})
             raise CollateError(
                 f"{field}: cannot stack tensors of different shapes/dtypes {shapes}; pad them with "
@@ -142,6 +147,6 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
     block = consecutive_block(tensors)
     if block is not None:
         return block
-    if first.device.type != "cpu":
-        return torch.stack(list(tensors), 0)
+    if first.device.type != "cpu" or get_worker_info() is None:
+        return torch.stack(list(tensors), 0)  # in-process, stack's own allocation is the fastest
     return torch.stack(list(tensors), 0, out=empty_batch((len(tensors), *first.shape), first.dtype))

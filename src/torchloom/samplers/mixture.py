@@ -130,6 +130,14 @@ class MixtureSampler(KeySampler):
         self.stop = stop
         self.batch_size = batch_size
         self.composition = batch_composition(batch_size, self.weights) if batch_size else None
+        if self.composition is not None and stop == "first_exhausted":
+            short = [s for s, need in enumerate(self.composition) if self.sizes[s] < need]
+            if short:
+                raise ValueError(
+                    f"source(s) {short} hold fewer samples than their share of one batch "
+                    f"({self.composition.tolist()}), so no full batch exists; use stop='all_exhausted' "
+                    "or a smaller batch_size"
+                )
 
     def _global_order(self, epoch: int) -> np.ndarray:
         rng = epoch_rng(self.seed, epoch)
