@@ -27,7 +27,15 @@ from torchloom.errors import (
     ValidationFailedError,
 )
 from torchloom.faults import FaultPolicy, FaultReport, Skipped
-from torchloom.fusion import JoinedDataset, JoinError, JoinReport, TableDataset
+from torchloom.fusion import (
+    JoinedDataset,
+    JoinError,
+    JoinReport,
+    SyncReport,
+    TableDataset,
+    TimestampError,
+    TimeSync,
+)
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import read_image, read_table
 from torchloom.samplers import (
@@ -94,8 +102,11 @@ __all__ = [
     "Skipped",
     "Stack",
     "StringColumn",
+    "SyncReport",
     "TableDataset",
     "Text",
+    "TimeSync",
+    "TimestampError",
     "ToTensor",
     "TorchloomError",
     "TransformError",

@@ -2,5 +2,14 @@
 
 from torchloom.fusion.joined import JoinedDataset, JoinError, JoinReport
 from torchloom.fusion.table import TableDataset
+from torchloom.fusion.timesync import SyncReport, TimestampError, TimeSync
 
-__all__ = ["JoinError", "JoinReport", "JoinedDataset", "TableDataset"]
+__all__ = [
+    "JoinError",
+    "JoinReport",
+    "JoinedDataset",
+    "SyncReport",
+    "TableDataset",
+    "TimeSync",
+    "TimestampError",
+]
