@@ -405,3 +405,15 @@ def test_any_sampler_splits_its_global_order_across_ranks(world: int, drop_last:
         if not drop_last
         else samplers[0].dropped == (units - per_rank * world) * samplers[0].unit
     )
+
+
+def test_state_across_key_chunks() -> None:
+    sampler = WindowSampler([200_000], window=1, shuffle=False)
+    iterator = iter(sampler)
+    for _ in range(70_001):
+        next(iterator)
+    state = sampler.state_dict()
+    assert state["yielded"] == 70_001
+    resumed = WindowSampler([200_000], window=1, shuffle=False)
+    resumed.load_state_dict(state)
+    assert int(next(iter(resumed))) == 70_001

@@ -27,6 +27,8 @@ from torch.utils.data import Sampler
 
 from torchloom.seeding import SampleKey, key_class
 
+# Keys made at once while iterating: bounds memory for epochs of many millions of indices.
+KEY_CHUNK = 1 << 16
 STATE_EPOCH = "epoch"
 STATE_YIELDED = "yielded"
 STATE_SEED = "seed"
@@ -155,12 +157,14 @@ class KeySampler(Sampler[SampleKey]):
         indices = self.rank_indices()
         start, self._resume_from = self._resume_from, 0
         epoch = self.epoch
-        # Keys are made in C (int.__new__ over the list), and iterated in C: the position is read
-        # from the list iterator's remaining length when a checkpoint asks for it.
-        keys = list(map(functools.partial(int.__new__, key_class(epoch)), indices[start:].tolist()))
-        iterator = iter(keys)
-        self._live = (iterator, start, len(keys))
-        yield from iterator
+        # Keys are made in C (int.__new__ over a list), a chunk at a time to bound memory, and
+        # iterated in C: a checkpoint reads the position from the chunk iterator's remaining length.
+        make = functools.partial(int.__new__, key_class(epoch))
+        for chunk_start in range(start, len(indices), KEY_CHUNK):
+            keys = list(map(make, indices[chunk_start : chunk_start + KEY_CHUNK].tolist()))
+            iterator = iter(keys)
+            self._live = (iterator, chunk_start, len(keys))
+            yield from iterator
         self._live = None
         self._yielded = len(indices)
         self._finished_epoch = epoch
