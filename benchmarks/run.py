@@ -228,7 +228,7 @@ def timesync_section() -> str:
             "GPS 5 Hz with jitter, nearest within 20 ms, gaps masked), timed from construction to the "
             "aligned columns, against the straightforward Python loop (`bisect` per tick and stream, one "
             f"dict per tick). Online mode (iterators, bounded buffers) on {ONLINE_TICKS:,} ticks beside "
-            "it. One run each.",
+            "it. Best of 3 interleaved rounds (online: one run).",
             "",
             "| mode | ticks/s |",
             "|---|---|",
@@ -282,7 +282,9 @@ def main() -> None:
         with open(gpu, encoding="utf-8") as handle:
             sections.append(handle.read().strip())
     if args.only is not None and os.path.exists(args.out):
-        sections = merge_sections(args.out, sections)
+        stamp = f"\n\n_Re-measured alone: `python -m benchmarks.run --only {args.only}`._"
+        measured = [s + stamp if not s.startswith("## GPU") else s for s in sections]
+        sections = merge_sections(args.out, measured)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     print(f"wrote {args.out}")

@@ -28,7 +28,7 @@ from torch.utils.data import Sampler
 from torchloom.seeding import SampleKey, key_class
 
 # Keys made at once while iterating: bounds memory for epochs of many millions of indices.
-KEY_CHUNK = 1 << 16
+KEY_CHUNK = 1 << 20
 STATE_EPOCH = "epoch"
 STATE_YIELDED = "yielded"
 STATE_SEED = "seed"
