@@ -45,7 +45,7 @@ def run_ranks(
     port = free_port()
     processes = [
         context.Process(
-            target=_rank_main, args=(function, rank, world_size, port, results, args), daemon=True
+            target=_rank_main, args=(function, rank, world_size, port, results, args), daemon=False
         )
         for rank in range(world_size)
     ]

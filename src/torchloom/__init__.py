@@ -48,6 +48,7 @@ from torchloom.samplers import (
     WindowSampler,
 )
 from torchloom.seeding import SampleKey, sample_rng
+from torchloom.streaming import StreamDataset
 from torchloom.transforms import (
     CenterCrop,
     Compose,
@@ -101,6 +102,7 @@ __all__ = [
     "SampleKey",
     "Skipped",
     "Stack",
+    "StreamDataset",
     "StringColumn",
     "SyncReport",
     "TableDataset",
