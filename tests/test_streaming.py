@@ -101,3 +101,26 @@ def test_bad_shards(tmp_path: Path) -> None:
         list(StreamDataset([str(bad)]))
     with pytest.raises(ValueError, match="at least one shard"):
         StreamDataset([])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("stop", [0, 1, 5, 12])
+def test_resume_through_stateful_dataloader(tmp_path: Path, num_workers: int, stop: int) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    shards = write_shards(tmp_path, [11, 0, 17, 9, 13])
+
+    def loader() -> StatefulDataLoader:
+        return StatefulDataLoader(
+            StreamDataset(shards, shuffle_buffer=6, seed=2), batch_size=4, num_workers=num_workers
+        )
+
+    full = [i for batch in loader() for i in batch["id"].tolist()]
+    first = loader()
+    iterator = iter(first)
+    seen = [i for _ in range(stop) for i in next(iterator)["id"].tolist()]
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    seen += [i for batch in resumed for i in batch["id"].tolist()]
+    assert seen == full and sorted(full) == list(range(50))

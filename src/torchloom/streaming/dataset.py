@@ -72,6 +72,8 @@ class StreamDataset(IterableDataset[Any]):
                 reader_for(shard)  # an unknown extension fails here, not in a worker
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
         self.rank, self.world_size = default_rank_and_world(rank, world_size)
+        self._consumed = 0
+        self._skip = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -91,7 +93,28 @@ class StreamDataset(IterableDataset[Any]):
         if self.shuffle_buffer:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
             records = _shuffled(records, self.shuffle_buffer, rng)
-        return records
+        return self._counted(records)
+
+    def _counted(self, records: Iterator[Any]) -> Iterator[Any]:
+        skip, self._skip = self._skip, 0
+        self._consumed = skip
+        for number, record in enumerate(records):
+            if number < skip:
+                continue  # resuming: this consumer yielded it before the checkpoint
+            self._consumed = number + 1
+            yield record
+
+    def state_dict(self) -> dict[str, int]:
+        """This consumer's position: the epoch and how many records it has yielded in it.
+
+        ``StatefulDataLoader`` saves it per worker and restores it into each worker; the stream
+        is then replayed (same shards, same shuffle seed) past the records already yielded.
+        """
+        return {"epoch": self.epoch, "consumed": self._consumed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
+        self._skip = int(state["consumed"])
 
     def _records(self, plan: list[tuple[int, int, int]]) -> Iterator[Any]:
         for shard_index, group, position in plan:
