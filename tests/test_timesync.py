@@ -200,3 +200,15 @@ def test_bad_input() -> None:
     assert [s["imu_valid"] for s in empty] == [False, False]
     single = TimeSync({"cam": good, "imu": (np.array([0.5]), np.array([7.0]))}, reference="cam", tolerance=1)
     assert [s["imu"] for s in single] == [7.0, 7.0]
+
+
+def test_sensor_fusion_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(
+        str(Path(__file__).resolve().parents[1] / "examples" / "sensor_fusion.py"), run_name="__main__"
+    )
+    printed = capsys.readouterr().out
+    assert "imu (16, 8, 6) imu_valid (16, 8) camera (16, 8)" in printed
+    assert "imu: 370 / 184 / 0 of 554" in printed and "masked steps in recording 0: 16" in printed
