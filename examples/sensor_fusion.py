@@ -22,7 +22,7 @@ def recording(seed: int, seconds: float = 20.0) -> dict[str, tuple[np.ndarray, n
     """Camera frames (a frame number stands in for the image) and 6-axis IMU readings."""
     rng = np.random.default_rng(seed)
     camera_t = np.arange(0, seconds, 0.1) + rng.normal(0, 0.002, int(seconds * 10))
-    imu_t = np.sort(np.arange(0, seconds, 1 / 30) + rng.normal(0, 0.003, int(round(seconds * 30))))
+    imu_t = np.sort(np.arange(0, seconds, 1 / 30) + rng.normal(0, 0.003, round(seconds * 30)))
     gap = (imu_t > 7.0) & (imu_t < 8.5)  # the IMU drops out for 1.5 s
     imu_t = imu_t[~gap]
     imu_v = np.stack([np.sin(imu_t * (k + 1)) for k in range(6)], axis=1).astype(np.float32)
