@@ -212,3 +212,53 @@ def test_sensor_fusion_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     printed = capsys.readouterr().out
     assert "imu (16, 8, 6) imu_valid (16, 8) camera (16, 8)" in printed
     assert "imu: 370 / 184 / 0 of 554" in printed and "masked steps in recording 0: 16" in printed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    camera=stream(non_empty=True),
+    imu=stream(),
+    window=st.integers(0, 4),
+    seed=st.integers(0, 1000),
+    policy=st.sampled_from(["nearest", "previous", "interpolate"]),
+)
+def test_reorder_window_restores_order_in_both_modes(
+    camera: Any, imu: Any, window: int, seed: int, policy: str
+) -> None:
+    rng = np.random.default_rng(seed)
+    times, values = imu
+    order = np.arange(len(times))
+    for start in range(0, len(order), window + 1):  # shuffle within blocks: nobody is > window late
+        rng.shuffle(order[start : start + window + 1])
+    shuffled = ([times[i] for i in order], [values[i] for i in order])
+    options: dict[str, Any] = {"reference": "camera", "tolerance": 0.25, "policy": policy, "on_gap": "mask"}
+    arrival_sorted = sorted(zip(*shuffled, strict=True), key=lambda record: record[0])  # ties: arrival order
+    sorted_imu = ([t for t, _ in arrival_sorted], [v for _, v in arrival_sorted])
+    expected = brute_force({"camera": camera, "imu": sorted_imu}, "camera", 0.25, policy, "mask", None)
+    offline = TimeSync(
+        {"camera": tuple(map(np.asarray, camera)), "imu": tuple(map(np.asarray, shuffled))},
+        reorder_window=window,
+        **options,
+    )
+    online = TimeSync(
+        {"camera": iter(list(zip(*camera, strict=True))), "imu": iter(list(zip(*shuffled, strict=True)))},
+        reorder_window=window,
+        **options,
+    )
+    same(list(offline), expected)
+    same(list(online), expected)
+
+
+def test_reorder_window_too_small_names_the_late_record() -> None:
+    imu = (np.array([0.0, 0.1, 0.2, 0.05]), np.zeros(4))
+    with pytest.raises(TimestampError, match=r"position 3 \(0.05\) arrived more than reorder_window=1"):
+        TimeSync(
+            {"cam": (np.array([0.0]), np.zeros(1)), "imu": imu},
+            reference="cam",
+            tolerance=1,
+            reorder_window=1,
+        )
+    ok = TimeSync(
+        {"cam": (np.array([0.0]), np.zeros(1)), "imu": imu}, reference="cam", tolerance=1, reorder_window=2
+    )
+    assert ok.report.total["imu"] == 4

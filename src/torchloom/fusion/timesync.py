@@ -18,7 +18,8 @@ ticks, beyond tolerance, or a duplicate timestamp) or dropped (chosen only for d
 
 Duplicate timestamps: within a stream, the last record with a given timestamp is the one used;
 the earlier ones are skipped. Timestamps must not decrease and must not be NaN: an error names the
-stream and the position.
+stream and the position — unless ``reorder_window=k`` is given, which sorts records that arrive at
+most ``k`` records late (through a bounded heap, in both modes).
 
 Streams are ``(timestamps, values)`` pairs of arrays (offline: vectorised with ``searchsorted``;
 the result is a map-style dataset) or iterators of ``(timestamp, value)`` records (online:
@@ -38,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -233,7 +235,11 @@ class TimeSync(Dataset[dict[str, Any]]):
         policy: Policy = "nearest",
         on_gap: Literal["drop", "mask"] = "drop",
         max_gap: float | None = None,
+        reorder_window: int | None = None,
     ) -> None:
+        if reorder_window is not None and reorder_window < 0:
+            raise ValueError(f"reorder_window must be >= 0, got {reorder_window}")
+        self.reorder_window = reorder_window
         if policy not in POLICIES:
             raise ValueError(f"Invalid policy={policy!r}; must be one of {POLICIES}")
         if on_gap not in GAP_RULES:
@@ -261,6 +267,10 @@ class TimeSync(Dataset[dict[str, Any]]):
         arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for name in self.names:
             timestamps, values = self._sources[name]
+            if self.reorder_window is not None:
+                records = list(reordered(name, zip(timestamps, values, strict=True), self.reorder_window))
+                timestamps = [t for t, _ in records]
+                values = np.asarray([v for _, v in records]) if records else np.asarray(values)[:0]
             times = np.asarray(timestamps, dtype=np.float64)
             values = _as_values(name, values, len(times))
             check_timestamps(name, times)
@@ -369,7 +379,14 @@ class TimeSync(Dataset[dict[str, Any]]):
 
     def stream(self) -> Iterator[dict[str, Any]]:
         """Align iterator streams online, reading each once; the report fills in as it goes."""
-        readers = {name: _Reader(name, self._sources[name]) for name in self.names}
+
+        def source(name: str) -> Any:
+            stream = self._sources[name]
+            if isinstance(stream, tuple):
+                stream = zip(*stream, strict=True)
+            return reordered(name, stream, self.reorder_window) if self.reorder_window is not None else stream
+
+        readers = {name: _Reader(name, source(name)) for name in self.names}
         for name in self.names:
             for counts in (self.report.total, self.report.used, self.report.skipped, self.report.dropped):
                 counts[name] = 0
@@ -513,6 +530,39 @@ def _as_values(name: str, values: Any, count: int) -> np.ndarray:
     if len(array) != count:
         raise ValueError(f"stream {name!r}: {count} timestamps but {len(array)} values")
     return array
+
+
+def reordered(name: str, records: Iterable[tuple[Any, Any]], window: int) -> Iterator[tuple[float, Any]]:
+    """Put records back in time order through a heap of ``window`` records; a record that arrives
+    more than ``window`` records late is a :class:`TimestampError` naming its position.
+
+    Example:
+        >>> list(reordered("imu", [(0.0, "a"), (0.2, "c"), (0.1, "b")], window=1))
+        [(0.0, 'a'), (0.1, 'b'), (0.2, 'c')]
+    """
+    heap: list[tuple[float, int, Any]] = []
+    emitted = -math.inf
+
+    def pop() -> tuple[float, Any]:
+        nonlocal emitted
+        time, position, value = heapq.heappop(heap)
+        if time < emitted:
+            raise TimestampError(
+                f"stream {name!r}: the record at position {position} ({time}) arrived more than "
+                f"reorder_window={window} records late"
+            )
+        emitted = time
+        return time, value
+
+    for position, (timestamp, value) in enumerate(records):
+        time = float(timestamp)
+        if math.isnan(time):
+            raise TimestampError(f"stream {name!r}: timestamp at position {position} is NaN")
+        heapq.heappush(heap, (time, position, value))
+        if len(heap) > window:
+            yield pop()
+    while heap:
+        yield pop()
 
 
 def plain(value: Any) -> Any:
