@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
@@ -52,7 +53,7 @@ def _rank_ids(rank: int, world_size: int, shards: list[str], num_workers: int) -
     return ids(StreamDataset(shards), num_workers)
 
 
-@pytest.mark.parametrize("num_workers", [0, 3])
+@pytest.mark.parametrize("num_workers", [0, 1, 3])
 def test_exactly_once_under_gloo_ranks(tmp_path: Path, num_workers: int) -> None:
     shards = write_shards(tmp_path, [6, 0, 3])
     results = run_ranks(_rank_ids, 2, shards, num_workers)
@@ -103,9 +104,12 @@ def test_bad_shards(tmp_path: Path) -> None:
         StreamDataset([])
 
 
+@pytest.mark.parametrize("shuffle_buffer", [0, 6])
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("stop", [0, 1, 5, 12])
-def test_resume_through_stateful_dataloader(tmp_path: Path, num_workers: int, stop: int) -> None:
+def test_resume_through_stateful_dataloader(
+    tmp_path: Path, num_workers: int, stop: int, shuffle_buffer: int
+) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     shards = write_shards(tmp_path, [11, 0, 17, 9, 13])
@@ -124,3 +128,21 @@ def test_resume_through_stateful_dataloader(tmp_path: Path, num_workers: int, st
     resumed.load_state_dict(state)
     seen += [i for batch in resumed for i in batch["id"].tolist()]
     assert seen == full and sorted(full) == list(range(50))
+
+
+def test_resume_without_shuffle_starts_at_the_saved_shard() -> None:
+    opened: list[str] = []
+
+    def reader(shard: str) -> Iterator[dict[str, int]]:
+        opened.append(shard)
+        return iter([{"id": int(shard) * 10 + i} for i in range(3)])
+
+    dataset = StreamDataset(["0", "1", "2", "3"], reader=reader)
+    iterator = iter(dataset)
+    first = [next(iterator)["id"] for _ in range(8)]
+    state = dataset.state_dict()
+    assert state["shard"] == 2 and state["offset"] == 2 and first[-1] == 21
+    resumed = StreamDataset(["0", "1", "2", "3"], reader=reader)
+    resumed.load_state_dict(state)
+    opened.clear()
+    assert [r["id"] for r in resumed] == [22, 30, 31, 32] and opened == ["2", "3"]

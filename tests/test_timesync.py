@@ -262,3 +262,31 @@ def test_reorder_window_too_small_names_the_late_record() -> None:
         {"cam": (np.array([0.0]), np.zeros(1)), "imu": imu}, reference="cam", tolerance=1, reorder_window=2
     )
     assert ok.report.total["imu"] == 4
+
+
+def _recording(seed: int) -> Any:
+    def make() -> dict[str, Any]:
+        rng = np.random.default_rng(seed)
+        cam = np.arange(0, 3, 0.1)
+        imu = np.sort(np.arange(0, 3, 1 / 30) + rng.normal(0, 0.002, 90))
+        return {"cam": iter(list(zip(cam.tolist(), range(30), strict=True))), "imu": (imu, np.zeros(90))}
+
+    return make
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_synced_recordings_exactly_once_across_workers_and_ranks(num_workers: int, count: int) -> None:
+    from collections import Counter
+
+    from torch.utils.data import DataLoader
+
+    from torchloom.fusion import SyncedRecordings
+
+    recordings = [_recording(seed) for seed in range(count)]
+    seen: Counter[tuple[int, int]] = Counter()
+    for rank in range(2):
+        dataset = SyncedRecordings(recordings, rank=rank, world_size=2, reference="cam", tolerance=0.05)
+        for sample in DataLoader(dataset, batch_size=None, num_workers=num_workers):
+            seen[(int(sample["recording"]), int(sample["cam"]))] += 1
+    assert seen == Counter((r, frame) for r in range(count) for frame in range(30))

@@ -1,6 +1,7 @@
 """Multi-source fusion: per-sample joins of sources."""
 
 from torchloom.fusion.joined import JoinedDataset, JoinError, JoinReport
+from torchloom.fusion.recordings import SyncedRecordings
 from torchloom.fusion.table import TableDataset
 from torchloom.fusion.timesync import SyncReport, TimestampError, TimeSync
 
@@ -9,6 +10,7 @@ __all__ = [
     "JoinReport",
     "JoinedDataset",
     "SyncReport",
+    "SyncedRecordings",
     "TableDataset",
     "TimeSync",
     "TimestampError",

@@ -74,6 +74,8 @@ class StreamDataset(IterableDataset[Any]):
         self.rank, self.world_size = default_rank_and_world(rank, world_size)
         self._consumed = 0
         self._skip = 0
+        self._position = (0, 0)  # (entry of this consumer's shard plan, records yielded from it)
+        self._resume_at: tuple[int, int] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -89,7 +91,12 @@ class StreamDataset(IterableDataset[Any]):
                 "records within shards are split between consumers, so every consumer reads whole shards",
                 stacklevel=2,
             )
-        records = self._records(assignment(len(self.shards), consumers, consumer))
+        plan = assignment(len(self.shards), consumers, consumer)
+        start = (0, 0)
+        if self._resume_at is not None and not self.shuffle_buffer:
+            start, self._skip = self._resume_at, 0  # jump to the shard; earlier shards are not read
+        self._resume_at = None
+        records = self._records(plan, start)
         if self.shuffle_buffer:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
             records = _shuffled(records, self.shuffle_buffer, rng)
@@ -105,24 +112,37 @@ class StreamDataset(IterableDataset[Any]):
             yield record
 
     def state_dict(self) -> dict[str, int]:
-        """This consumer's position: the epoch and how many records it has yielded in it.
+        """This consumer's position: the epoch, the records it has yielded, and its shard and offset.
 
-        ``StatefulDataLoader`` saves it per worker and restores it into each worker; the stream
-        is then replayed (same shards, same shuffle seed) past the records already yielded.
+        ``StatefulDataLoader`` saves it per worker and restores it into each worker. Without a
+        shuffle buffer, the resumed stream starts at the saved shard (earlier shards are not read)
+        and skips the records of that shard already yielded; with one, the stream is replayed
+        (same shards, same seed) past the records already yielded, so the buffer is rebuilt exactly.
         """
-        return {"epoch": self.epoch, "consumed": self._consumed}
+        entry, offset = self._position
+        return {"epoch": self.epoch, "consumed": self._consumed, "shard": entry, "offset": offset}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch = int(state["epoch"])
         self._skip = int(state["consumed"])
+        if "shard" in state:
+            self._resume_at = (int(state["shard"]), int(state["offset"]))
 
-    def _records(self, plan: list[tuple[int, int, int]]) -> Iterator[Any]:
-        for shard_index, group, position in plan:
+    def _records(self, plan: list[tuple[int, int, int]], start: tuple[int, int]) -> Iterator[Any]:
+        for entry in range(start[0], len(plan)):
+            shard_index, group, position = plan[entry]
             shard = self.shards[shard_index]
             read = self.reader or reader_for(shard)
+            offset = start[1] if entry == start[0] else 0
+            taken = 0
             for number, record in enumerate(read(shard)):
-                if number % group == position:
-                    yield record
+                if number % group != position:
+                    continue
+                taken += 1
+                if taken <= offset:
+                    continue  # yielded before the checkpoint
+                self._position = (entry, taken)
+                yield record
 
 
 def _shuffled(records: Iterator[Any], size: int, rng: np.random.Generator) -> Iterator[Any]:
