@@ -220,15 +220,16 @@ def validate_files(
 
 def keep_valid(
     reasons: np.ndarray,
-    paths: Sequence[str] | StringColumn,
+    name_of: Callable[[int], str],
     report: DatasetReport,
     *,
     strict: bool,
     what: str,
 ) -> np.ndarray:
-    """Record invalid rows in ``report`` (or raise when ``strict``); return the valid row numbers."""
+    """Record invalid rows (named by ``name_of(row)``) in ``report``, or raise when ``strict``;
+    return the valid row numbers."""
     bad = np.flatnonzero(reasons != None)  # noqa: E711 - elementwise comparison on an object array
-    problems = [(paths[int(i)], str(reasons[i])) for i in bad]
+    problems = [(name_of(int(i)), str(reasons[i])) for i in bad]
     if strict and problems:
         raise ValidationFailedError(what, problems)
     report.invalid.extend(problems)

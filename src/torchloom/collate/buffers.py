@@ -50,12 +50,10 @@ def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
         return None
     if not first.is_contiguous() or first.numel() == 0:
         return None
-    pointer = first.untyped_storage().data_ptr()
     start, numel = first.storage_offset(), first.numel()
     for position, tensor in enumerate(tensors):
         if (
             tensor._base is not base
-            or tensor.untyped_storage().data_ptr() != pointer
             or tensor.storage_offset() != start + position * numel
             or tensor.shape != first.shape
             or tensor.dtype != first.dtype

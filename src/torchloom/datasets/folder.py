@@ -106,7 +106,9 @@ class FolderDataset(IndexedDataset):
             progress=progress and validate != "none",
             description=f"validating {os.path.basename(self.root) or self.root}",
         )
-        keep = keep_valid(reasons, paths, self.report, strict=strict, what=f"FolderDataset {self.root!r}")
+        keep = keep_valid(
+            reasons, paths.__getitem__, self.report, strict=strict, what=f"FolderDataset {self.root!r}"
+        )
         if len(keep) == 0:
             raise EmptyDatasetError(
                 f"FolderDataset {self.root!r} has no usable images "

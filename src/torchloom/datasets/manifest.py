@@ -12,7 +12,7 @@ import torch
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Key, Label, Text
-from torchloom.errors import EmptyDatasetError, ManifestError, ValidationFailedError
+from torchloom.errors import EmptyDatasetError, ManifestError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
     VALIDATE_CHOICES,
@@ -21,6 +21,7 @@ from torchloom.index import (
     StringColumn,
     Validate,
     check_image_file,
+    keep_valid,
     validate_files,
 )
 from torchloom.io.image import DEFAULT_MAX_PIXELS
@@ -122,12 +123,13 @@ class ManifestDataset(IndexedDataset):
                 description=f"validating {os.path.basename(self.source)}",
             )
             reasons[pending] = checks
-        bad = np.flatnonzero(reasons != None)  # noqa: E711
-        problems = [(self._row_name(int(row), paths), str(reasons[row])) for row in bad]
-        if strict and problems:
-            raise ValidationFailedError(f"ManifestDataset {self.source!r}", problems)
-        self.report.invalid.extend(problems)
-        keep = np.flatnonzero(reasons == None)  # noqa: E711
+        keep = keep_valid(
+            reasons,
+            lambda row: self._row_name(row, paths),
+            self.report,
+            strict=strict,
+            what=f"ManifestDataset {self.source!r}",
+        )
         if len(keep) == 0:
             raise EmptyDatasetError(f"ManifestDataset {self.source!r} has no usable rows:\n{self.report}")
         self.fields = [column.take(keep) for column in compiled]
