@@ -141,7 +141,7 @@ def test_resume_without_shuffle_starts_at_the_saved_shard() -> None:
     iterator = iter(dataset)
     first = [next(iterator)["id"] for _ in range(8)]
     state = dataset.state_dict()
-    assert state["shard"] == 2 and state["offset"] == 2 and first[-1] == 21
+    assert state["entry"] == 2 and state["offset"] == 2 and first[-1] == 21
     resumed = StreamDataset(["0", "1", "2", "3"], reader=reader)
     resumed.load_state_dict(state)
     opened.clear()

@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from torch.utils.data import IterableDataset, get_worker_info
-
+from torchloom.consumers import ConsumerStream
 from torchloom.fusion.timesync import TimeSync
-from torchloom.samplers.base import default_rank_and_world
-from torchloom.streaming.dataset import assignment
 
 Recording = Callable[[], Mapping[str, Any]]
 
 
-class SyncedRecordings(IterableDataset[dict[str, Any]]):
+class SyncedRecordings(ConsumerStream[dict[str, Any]]):
     """Align each recording with :class:`TimeSync` and stream the samples, split across ranks × workers.
 
     ``recordings`` are callables returning one recording's streams (so each worker opens its own
@@ -22,6 +19,10 @@ class SyncedRecordings(IterableDataset[dict[str, Any]]):
     the ticks of a recording are split between the consumers that share it (each still aligns the
     whole recording). Every aligned sample is yielded exactly once, with ``"recording"`` added.
     ``sync_options`` are TimeSync's keyword arguments.
+
+    Resumable per consumer like :class:`~torchloom.streaming.StreamDataset` (recording and sample
+    within it; a resumed recording is aligned again and the delivered samples skipped);
+    ``set_epoch`` reaches persistent workers.
 
     Example:
         >>> import numpy as np
@@ -31,6 +32,8 @@ class SyncedRecordings(IterableDataset[dict[str, Any]]):
         >>> [(s["recording"], s["cam"]) for s in samples]
         [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     """
+
+    ITEM_NAME = "recording"
 
     def __init__(
         self,
@@ -44,16 +47,18 @@ class SyncedRecordings(IterableDataset[dict[str, Any]]):
             raise ValueError("SyncedRecordings needs at least one recording")
         if "reference" not in sync_options or "tolerance" not in sync_options:
             raise ValueError("SyncedRecordings needs TimeSync's reference= and tolerance=")
+        super().__init__(len(recordings), rank=rank, world_size=world_size)
         self.recordings = list(recordings)
         self.sync_options = sync_options
-        self.rank, self.world_size = default_rank_and_world(rank, world_size)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        plan = assignment(len(self.recordings), self.world_size * workers, self.rank * workers + worker)
-        for recording, group, position in plan:
-            sync = TimeSync(self.recordings[recording](), **self.sync_options)
-            for number, sample in enumerate(sync):
-                if number % group == position:
-                    yield {**sample, "recording": recording}
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "recordings": len(self.recordings),
+            "sync_options": repr(sorted(self.sync_options.items())),
+        }
+
+    def _read_item(self, item: int, group: int, position: int) -> Iterator[dict[str, Any]]:
+        sync = TimeSync(self.recordings[item](), **self.sync_options)
+        for number, sample in enumerate(sync):
+            if number % group == position:
+                yield {**sample, "recording": item}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from torchloom.samplers.base import KeySampler, epoch_rng
+from torchloom.state import fingerprint
 
 Mode = Literal["inverse", "sqrt", "effective"]
 MODES = ("inverse", "sqrt", "effective")
@@ -95,9 +96,18 @@ class BalancedSampler(KeySampler):
         self.num_samples = len(self.labels) if num_samples is None else int(num_samples)
         if self.num_samples <= 0:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
-        self.mode = mode
+        self.mode, self.beta = mode, beta
         self._by_class = np.argsort(self.labels, kind="stable")
         self._class_start = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "labels": fingerprint(self.labels),
+            "mode": self.mode,
+            "num_samples": self.num_samples,
+            "num_classes": len(self.counts),
+            "beta": self.beta,
+        }
 
     def expected_counts(self) -> np.ndarray:
         """Expected draws of each class per epoch (all ranks together)."""

@@ -6,10 +6,20 @@ so they are disjoint and together complete; to give every rank the same length, 
 padded by repeating its first units (``drop_last=False``) or trimmed (``drop_last=True``), and
 :attr:`KeySampler.padded` / :attr:`KeySampler.dropped` say by how many indices.
 
-Resume: ``state_dict()`` holds the epoch and how many indices this rank's iterator has yielded;
-after ``load_state_dict`` the next iteration yields exactly the rest of that epoch. torchdata's
-``StatefulDataLoader`` saves and restores this for you; with a plain DataLoader, store
-``{"epoch": e, "yielded": batches_done * batch_size}``.
+Rank and world size resolve when iteration starts (from ``torch.distributed``) unless given, so
+a sampler built before the process group exists still splits. Samplers are
+``torch.utils.data.DistributedSampler`` instances, so PyTorch Lightning does not wrap them in a
+second split; under Hugging Face Accelerate's ``prepare`` (which splits batches itself) they
+yield the global order.
+
+Resume state (:mod:`torchloom.state`): ``epoch``; ``start``, the global unit where this split of
+the epoch began (0, or where an elastic resume re-split the rest); ``yielded``, the indices this
+rank has yielded since ``start``; ``world_size``; and the ``seed`` and ``config`` the order
+depends on. A checkpoint at the end of an epoch resumes into the whole next epoch. A checkpoint
+written by W ranks resumes on W' ranks: the global units consumed (``start + yielded_units × W``;
+ranks advance in lockstep under DDP) are skipped and the rest is split over W' ranks, each unit
+exactly once. torchdata's ``StatefulDataLoader`` saves and restores this for you; with a plain
+DataLoader, save ``sampler.state_dict()`` with ``yielded`` set to ``batches_done * batch_size``.
 """
 
 from __future__ import annotations
@@ -22,30 +32,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler
 
+from torchloom.distributed import outer_batch_splitter, resolve_rank_world
 from torchloom.seeding import SampleKey, key_class
+from torchloom.state import Resumable, StateMismatchError, check_epoch, check_field
 
 # Keys made at once while iterating: bounds memory for epochs of many millions of indices.
 KEY_CHUNK = 1 << 20
 STATE_EPOCH = "epoch"
 STATE_YIELDED = "yielded"
+STATE_START = "start"
 STATE_SEED = "seed"
 STATE_WORLD = "world_size"
 STATE_RANK = "rank"
-
-
-def default_rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """``rank`` and ``world_size``, defaulting to torch.distributed's when it is initialised."""
-    initialised = dist.is_available() and dist.is_initialized()
-    if world_size is None:
-        world_size = dist.get_world_size() if initialised else 1
-    if rank is None:
-        rank = dist.get_rank() if initialised else 0
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    return rank, world_size
+STATE_CONFIG = "config"
 
 
 def epoch_rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
@@ -53,15 +54,26 @@ def epoch_rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, stream, 0x5A])))
 
 
-class KeySampler(Sampler[SampleKey]):
-    """Base of the samplers: subclasses give ``_global_order(epoch)``; this class does the rest.
+def split_units(units: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """This rank's units of ``units`` (2-D: one row per unit), padded or trimmed to equal lengths."""
+    count = len(units)
+    per_rank = count // world_size if drop_last else (math.ceil(count / world_size) if count else 0)
+    total = per_rank * world_size
+    repeats = math.ceil(total / count) if total > count else 1
+    return np.concatenate([units] * repeats)[:total][rank::world_size]
+
+
+class KeySampler(DistributedSampler[SampleKey], Resumable):
+    """Base of the samplers: subclasses give ``_global_order(epoch)`` and ``_config()``.
 
     Args:
         seed: seeds the order (with the epoch); every rank must use the same seed.
-        rank, world_size: default to torch.distributed's when initialised, else 0 and 1.
+        rank, world_size: resolved from torch.distributed when iteration starts, unless given.
         drop_last: trim the order to a multiple of ``world_size`` units instead of padding it.
         unit: indices per unit of distribution (a batch size for batch-composed orders).
     """
+
+    STATE_VERSION = 2
 
     def __init__(
         self,
@@ -76,21 +88,77 @@ class KeySampler(Sampler[SampleKey]):
             raise ValueError(f"seed must be >= 0, got {seed=}")
         if unit < 1:
             raise ValueError(f"unit must be >= 1, got {unit=}")
+        if (rank is None) != (world_size is None):
+            raise ValueError(
+                f"pass both rank and world_size or neither, got {rank=}, {world_size=} "
+                "(neither: taken from torch.distributed when iteration starts)"
+            )
+        if rank is not None:
+            resolve_rank_world(rank, world_size)  # validate now
         self.seed = seed
-        self.rank, self.world_size = default_rank_and_world(rank, world_size)
+        self._rank_arg, self._world_arg = rank, world_size
         self.drop_last = drop_last
         self.unit = unit
         self.epoch = 0
+        self._start = 0  # global unit where this epoch's split begins
+        self._split: tuple[int, int] | None = None  # (rank, world) fixed by a loaded state or iteration
         self._yielded = 0
         self._resume_from = 0
         self._finished_epoch: int | None = None
+        self._loaded_epoch: int | None = None  # set by load_state_dict until the next iteration starts
+        self._requested_epoch: int | None = None  # set by set_epoch until the next iteration starts
         self._warned_repeat = False
         self._cache: tuple[int, np.ndarray] | None = None
         self._live: tuple[Iterator[SampleKey], int, int] | None = None
 
+    # --- configuration --------------------------------------------------------------------------
+
     def _global_order(self, epoch: int) -> np.ndarray:
         """All indices of one epoch, in order, as int64 (a multiple of ``unit`` long)."""
         raise NotImplementedError
+
+    def _config(self) -> dict[str, Any]:
+        """What the order depends on besides the seed (checked when a state is loaded)."""
+        return {}
+
+    def config(self) -> dict[str, Any]:
+        """The settings a checkpoint must match: the subclass's plus ``drop_last`` and ``unit``."""
+        return {**self._config(), "drop_last": self.drop_last, "unit": self.unit}
+
+    @property
+    def rank(self) -> int:
+        """This process's rank: as given, or torch.distributed's now."""
+        if self._split is not None:
+            return self._split[0]
+        return resolve_rank_world(self._rank_arg, self._world_arg)[0]
+
+    @rank.setter
+    def rank(self, value: int) -> None:
+        if self._world_arg is None:
+            self._world_arg = max(value + 1, resolve_rank_world(None, None)[1])
+        self._rank_arg = value
+        self._split = None
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks: as given, or torch.distributed's now."""
+        if self._split is not None:
+            return self._split[1]
+        return resolve_rank_world(self._rank_arg, self._world_arg)[1]
+
+    @world_size.setter
+    def world_size(self, value: int) -> None:
+        self._world_arg = value
+        if self._rank_arg is None:
+            self._rank_arg = 0
+        self._split = None
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]
+        """``world_size``, under DistributedSampler's name (Lightning reads it)."""
+        return self.world_size
+
+    # --- orders ---------------------------------------------------------------------------------
 
     def global_order(self, epoch: int) -> np.ndarray:
         """The epoch's global order (cached for the current epoch)."""
@@ -103,27 +171,27 @@ class KeySampler(Sampler[SampleKey]):
             self._cache = (epoch, order)
         return self._cache[1]
 
+    def _units(self, epoch: int) -> np.ndarray:
+        return self.global_order(epoch).reshape(-1, self.unit)
+
     def rank_indices(self, epoch: int | None = None) -> np.ndarray:
-        """This rank's indices for ``epoch`` (default: the current one), padding or trimming applied."""
-        order = self.global_order(self.epoch if epoch is None else epoch)
-        units = order.reshape(-1, self.unit)
-        count = len(units)
-        if self.drop_last:
-            per_rank = count // self.world_size
-        else:
-            per_rank = math.ceil(count / self.world_size) if count else 0
-        total = per_rank * self.world_size
-        if total > count:
-            repeats = math.ceil(total / count)
-            units = np.concatenate([units] * repeats)[:total]
-        else:
-            units = units[:total]
-        return units[self.rank :: self.world_size].reshape(-1)
+        """This rank's indices for ``epoch`` (default: the current one), padding or trimming applied.
+
+        For the current epoch after an elastic resume, the split of what was left.
+        """
+        current = epoch is None or epoch == self.epoch
+        units = self._units(self.epoch if epoch is None else epoch)
+        if current:
+            units = units[min(self._start, len(units)) :]
+        return split_units(units, self.rank, self.world_size, self.drop_last).reshape(-1)
+
+    def _rest_units(self) -> int:
+        return max(0, len(self.global_order(self.epoch)) // self.unit - self._start)
 
     @property
     def padded(self) -> int:
         """Indices repeated this epoch so that every rank has the same length (all ranks together)."""
-        count = len(self.global_order(self.epoch)) // self.unit
+        count = self._rest_units()
         if self.drop_last or not count:
             return 0
         return (math.ceil(count / self.world_size) * self.world_size - count) * self.unit
@@ -131,20 +199,32 @@ class KeySampler(Sampler[SampleKey]):
     @property
     def dropped(self) -> int:
         """Indices left out this epoch by ``drop_last`` (all ranks together)."""
-        count = len(self.global_order(self.epoch)) // self.unit
-        return (count % self.world_size) * self.unit if self.drop_last else 0
+        return (self._rest_units() % self.world_size) * self.unit if self.drop_last else 0
 
     def __len__(self) -> int:
         return len(self.rank_indices())
 
+    # --- epochs ---------------------------------------------------------------------------------
+
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch``: a new order (call it before each epoch, as with DistributedSampler)."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch=}")
+        """Start ``epoch``: a new order (call it before each epoch, as with DistributedSampler).
+
+        Setting the current epoch again keeps the position (so a resumed epoch continues). Between
+        a ``load_state_dict`` and the next iteration, the later of the two epochs wins.
+        """
+        epoch = check_epoch(epoch)
+        if self._loaded_epoch is not None and epoch < self.epoch:
+            return  # a checkpoint of a later epoch was loaded: it wins
+        self._requested_epoch = epoch
         if epoch != self.epoch:
-            self._resume_from = 0
-        self.epoch = epoch
+            self._start_epoch(epoch)
         self._finished_epoch = None
+
+    def _start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._start = self._resume_from = self._yielded = 0
+        self._split = None
+        self._live = None
 
     def __iter__(self) -> Iterator[SampleKey]:
         if self._finished_epoch == self.epoch and not self._warned_repeat:
@@ -154,12 +234,21 @@ class KeySampler(Sampler[SampleKey]):
                 stacklevel=2,
             )
             self._warned_repeat = True
+        self._loaded_epoch = self._requested_epoch = None
+        splitter = outer_batch_splitter()
+        if splitter is not None:
+            # The wrapper (Accelerate) splits batches across its processes: give it the global order.
+            if self._split is None or self._split[1] != 1:
+                self._split, self._start, self._resume_from = (0, 1), 0, 0
+        elif self._split is None:
+            self._split = resolve_rank_world(self._rank_arg, self._world_arg)
         indices = self.rank_indices()
         start, self._resume_from = self._resume_from, 0
         epoch = self.epoch
         # Keys are made in C (int.__new__ over a list), a chunk at a time to bound memory, and
         # iterated in C: a checkpoint reads the position from the chunk iterator's remaining length.
         make = functools.partial(int.__new__, key_class(epoch))
+        self._yielded = start
         for chunk_start in range(start, len(indices), KEY_CHUNK):
             keys = list(map(make, indices[chunk_start : chunk_start + KEY_CHUNK].tolist()))
             iterator = iter(keys)
@@ -169,31 +258,66 @@ class KeySampler(Sampler[SampleKey]):
         self._yielded = len(indices)
         self._finished_epoch = epoch
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position in the current epoch (plain ints: safe in any checkpoint)."""
+    # --- state ----------------------------------------------------------------------------------
+
+    def _position(self) -> int:
         if self._live is not None:
             iterator, start, count = self._live
             self._yielded = start + count - operator.length_hint(iterator)
+        return self._yielded
+
+    def _get_state(self) -> dict[str, Any]:
         return {
             STATE_EPOCH: self.epoch,
-            STATE_YIELDED: self._yielded,
+            STATE_START: self._start,
+            STATE_YIELDED: self._position(),
             STATE_SEED: self.seed,
             STATE_RANK: self.rank,
             STATE_WORLD: self.world_size,
+            STATE_CONFIG: self.config(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next iteration yields what was not yet yielded in the saved epoch.
+    def _upgrade(self, state: dict[str, Any], version: int) -> dict[str, Any]:
+        state.setdefault(STATE_START, 0)
+        return state
 
-        A position at the very end of an epoch resumes to an empty rest of that epoch; the next
-        epoch (after ``set_epoch``) has its full length.
+    def _set_state(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration yields what was not yet yielded of the saved epoch.
+
+        A position at the very end of an epoch resumes into the whole next epoch; a state from
+        another world size re-splits the rest of the global order (elastic resume).
         """
-        seed = state.get(STATE_SEED, self.seed)
-        if seed != self.seed:
-            raise ValueError(f"checkpoint was made with seed={seed}, this sampler has seed={self.seed}")
-        epoch, yielded = int(state[STATE_EPOCH]), int(state[STATE_YIELDED])
-        self.epoch = epoch
+        check_field(self, state, STATE_SEED, self.seed)
+        saved_config = state.get(STATE_CONFIG, {})
+        for key, value in self.config().items():
+            if key in saved_config and saved_config[key] != value:
+                raise StateMismatchError(
+                    f"checkpoint field 'config.{key}' is {saved_config[key]!r} but this "
+                    f"{type(self).__name__} has {key}={value!r}; build the sampler as it was when the "
+                    "checkpoint was written"
+                )
+        epoch, start, yielded = int(state[STATE_EPOCH]), int(state[STATE_START]), int(state[STATE_YIELDED])
+        if epoch < 0 or start < 0 or yielded < 0:
+            raise StateMismatchError(f"checkpoint position is negative: {epoch=}, {start=}, {yielded=}")
+        if self._requested_epoch is not None and self._requested_epoch > epoch:
+            return  # set_epoch asked for a later epoch before this load: the later epoch wins
+        saved_world = int(state.get(STATE_WORLD, self.world_size))
+        total_units = len(self.global_order(epoch)) // self.unit
+        if saved_world != self.world_size:
+            if yielded % self.unit:
+                raise StateMismatchError(
+                    f"checkpoint position yielded={yielded} is inside a unit of {self.unit} indices; an "
+                    f"elastic resume (world_size {saved_world} -> {self.world_size}) needs whole units"
+                )
+            start = min(total_units, start + yielded // self.unit * saved_world)
+            yielded = 0
+        self._start_epoch(epoch)
+        self._start = min(start, total_units)
+        self._split = (self.rank, self.world_size)
+        length = len(self.rank_indices())
+        if yielded >= length:
+            self._start_epoch(epoch + 1)  # the epoch was finished: resume into the whole next one
+        else:
+            self._resume_from = self._yielded = yielded
+        self._loaded_epoch = self.epoch
         self._finished_epoch = None
-        self._resume_from = min(max(0, yielded), len(self.rank_indices(epoch)))
-        self._yielded = self._resume_from
-        self._live = None

@@ -27,6 +27,13 @@ class BatchKeySampler(Sampler[list[SampleKey]]):
     """
 
     def __init__(self, sampler: KeySampler, batch_size: int, *, drop_last: bool = False) -> None:
+        if not isinstance(sampler, KeySampler):
+            raise TypeError(
+                f"BatchKeySampler needs a torchloom sampler (BalancedSampler, MixtureSampler, ...), got "
+                f"{type(sampler).__name__}. Under PyTorch Lightning this means the Trainer tried to put its "
+                "own distributed sampler inside: torchloom samplers split ranks themselves, so build the "
+                "Trainer with use_distributed_sampler=False"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if sampler.unit > 1 and batch_size % sampler.unit:

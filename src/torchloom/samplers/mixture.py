@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from torchloom.faults import Skipped
 from torchloom.samplers.base import KeySampler, epoch_rng
 from torchloom.seeding import SampleKey
+from torchloom.state import fingerprint
 
 Stop = Literal["first_exhausted", "all_exhausted"] | int
 
@@ -138,6 +139,14 @@ class MixtureSampler(KeySampler):
                     f"({self.composition.tolist()}), so no full batch exists; use stop='all_exhausted' "
                     "or a smaller batch_size"
                 )
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "sizes": list(self.sizes),
+            "weights": fingerprint(self.weights),
+            "stop": self.stop,
+            "batch_size": self.batch_size,
+        }
 
     def _global_order(self, epoch: int) -> np.ndarray:
         rng = epoch_rng(self.seed, epoch)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from torchloom.samplers.base import KeySampler, epoch_rng
+from torchloom.state import fingerprint
 
 
 class WeightedSampler(KeySampler):
@@ -53,6 +55,13 @@ class WeightedSampler(KeySampler):
         self.num_samples = int(num_samples)
         self.replacement = replacement
         self._probabilities = self.weights / total
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "weights": fingerprint(self.weights),
+            "num_samples": self.num_samples,
+            "replacement": self.replacement,
+        }
 
     def _global_order(self, epoch: int) -> np.ndarray:
         rng = epoch_rng(self.seed, epoch)

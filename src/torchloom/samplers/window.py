@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from torchloom.collate.auto import collate_values
 from torchloom.samplers.base import KeySampler, epoch_rng
 from torchloom.seeding import SampleKey
+from torchloom.state import fingerprint
 
 
 class WindowIndex:
@@ -76,6 +77,15 @@ class WindowSampler(KeySampler):
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         self.windows = WindowIndex(sequence_lengths, window, stride)
         self.shuffle = shuffle
+
+    def _config(self) -> dict[str, Any]:
+        windows = self.windows
+        return {
+            "sequence_lengths": fingerprint(windows.lengths),
+            "window": windows.window,
+            "stride": windows.stride,
+            "shuffle": self.shuffle,
+        }
 
     def _global_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:

@@ -3,43 +3,35 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
 
-from torchloom.samplers.base import default_rank_and_world
+from torchloom.consumers import ConsumerStream
+from torchloom.distributed import Consumer, assignment
+from torchloom.state import fingerprint
 from torchloom.streaming.readers import Reader, reader_for
 
-
-def assignment(shards: int, consumers: int, consumer: int) -> list[tuple[int, int, int]]:
-    """The (shard, group size, position in group) a consumer reads.
-
-    With at least as many shards as consumers, consumer ``c`` reads shards ``c, c + n, ...``
-    whole. With fewer, every shard is read by a group of consumers, each taking every
-    ``group size``-th record from its position, so no record is read twice.
-
-    Example:
-        >>> assignment(5, 2, 1), assignment(2, 5, 3)
-        ([(1, 1, 0), (3, 1, 0)], [(1, 2, 1)])
-    """
-    if shards >= consumers:
-        return [(shard, 1, 0) for shard in range(consumer, shards, consumers)]
-    shard = consumer % shards
-    group = len(range(shard, consumers, shards))
-    return [(shard, group, consumer // shards)]
+__all__ = ["StreamDataset", "assignment"]
 
 
-class StreamDataset(IterableDataset[Any]):
+class StreamDataset(ConsumerStream[Any]):
     """Records of ``shards`` streamed through ``reader``, split across ``rank × worker``.
 
     Shards are local paths or fsspec URLs (``s3://``, ``gs://``, ``https://``, ``memory://``),
     read without a local copy. Every record is yielded exactly once per epoch over all ranks and
     DataLoader workers; with fewer shards than consumers, records within shards are split (a
     warning says so). ``shuffle_buffer > 0`` shuffles through a bounded buffer seeded by
-    ``(seed, epoch, rank, worker)``; call :meth:`set_epoch` before each epoch.
+    ``(seed, epoch, rank, worker)``; call :meth:`set_epoch` before each epoch (it reaches
+    persistent workers too).
+
+    Resume (``state_dict`` / ``load_state_dict``, per consumer; see :mod:`torchloom.consumers`):
+    without a shuffle buffer the resumed stream starts at the saved shard (earlier shards are not
+    read) and skips the records of that shard already yielded; with one, the stream is replayed
+    (same shards, same seed) past the records already yielded, so the buffer is rebuilt exactly.
+    The state also holds a fingerprint of the shard list, the reader and the shuffle settings: a
+    checkpoint of other shards is refused naming the field.
 
     Example:
         >>> import tempfile, os
@@ -50,6 +42,8 @@ class StreamDataset(IterableDataset[Any]):
         >>> sorted(record["part"] for record in StreamDataset(shards))
         [0, 1]
     """
+
+    ITEM_NAME = "shard"
 
     def __init__(
         self,
@@ -66,83 +60,41 @@ class StreamDataset(IterableDataset[Any]):
         self.shards = [os.fspath(shard) for shard in shards]
         if not self.shards:
             raise ValueError("StreamDataset needs at least one shard")
+        super().__init__(len(self.shards), rank=rank, world_size=world_size)
         self.reader = reader
         if reader is None:
             for shard in self.shards:
                 reader_for(shard)  # an unknown extension fails here, not in a worker
-        self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
-        self.rank, self.world_size = default_rank_and_world(rank, world_size)
-        self._consumed = 0
-        self._skip = 0
-        self._position = (0, 0)  # (entry of this consumer's shard plan, records yielded from it)
-        self._resume_at: tuple[int, int] | None = None
+        self.shuffle_buffer, self.seed = shuffle_buffer, seed
+        self._fingerprint = fingerprint(self.shards)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def _settings(self) -> dict[str, Any]:
+        reader = "auto"
+        if self.reader is not None:
+            reader = getattr(self.reader, "__qualname__", type(self.reader).__name__)
+        return {
+            "shards": len(self.shards),
+            "shards_fingerprint": self._fingerprint,
+            "reader": reader,
+            "shuffle_buffer": self.shuffle_buffer,
+            "seed": self.seed,
+        }
 
-    def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        consumers = self.world_size * workers
-        consumer = self.rank * workers + worker
-        if len(self.shards) < consumers:
-            warnings.warn(
-                f"StreamDataset: {len(self.shards)} shard(s) for {consumers} consumers (ranks × workers); "
-                "records within shards are split between consumers, so every consumer reads whole shards",
-                stacklevel=2,
-            )
-        plan = assignment(len(self.shards), consumers, consumer)
-        start = (0, 0)
-        if self._resume_at is not None and not self.shuffle_buffer:
-            start, self._skip = self._resume_at, 0  # jump to the shard; earlier shards are not read
-        self._resume_at = None
-        records = self._records(plan, start)
-        if self.shuffle_buffer:
-            rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
-            records = _shuffled(records, self.shuffle_buffer, rng)
-        return self._counted(records)
+    def _replays(self) -> bool:
+        return self.shuffle_buffer > 0
 
-    def _counted(self, records: Iterator[Any]) -> Iterator[Any]:
-        skip, self._skip = self._skip, 0
-        self._consumed = skip
-        for number, record in enumerate(records):
-            if number < skip:
-                continue  # resuming: this consumer yielded it before the checkpoint
-            self._consumed = number + 1
-            yield record
-
-    def state_dict(self) -> dict[str, int]:
-        """This consumer's position: the epoch, the records it has yielded, and its shard and offset.
-
-        ``StatefulDataLoader`` saves it per worker and restores it into each worker. Without a
-        shuffle buffer, the resumed stream starts at the saved shard (earlier shards are not read)
-        and skips the records of that shard already yielded; with one, the stream is replayed
-        (same shards, same seed) past the records already yielded, so the buffer is rebuilt exactly.
-        """
-        entry, offset = self._position
-        return {"epoch": self.epoch, "consumed": self._consumed, "shard": entry, "offset": offset}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch = int(state["epoch"])
-        self._skip = int(state["consumed"])
-        if "shard" in state:
-            self._resume_at = (int(state["shard"]), int(state["offset"]))
-
-    def _records(self, plan: list[tuple[int, int, int]], start: tuple[int, int]) -> Iterator[Any]:
-        for entry in range(start[0], len(plan)):
-            shard_index, group, position = plan[entry]
-            shard = self.shards[shard_index]
-            read = self.reader or reader_for(shard)
-            offset = start[1] if entry == start[0] else 0
-            taken = 0
-            for number, record in enumerate(read(shard)):
-                if number % group != position:
-                    continue
-                taken += 1
-                if taken <= offset:
-                    continue  # yielded before the checkpoint
-                self._position = (entry, taken)
+    def _read_item(self, item: int, group: int, position: int) -> Iterator[Any]:
+        shard = self.shards[item]
+        read = self.reader or reader_for(shard)
+        for number, record in enumerate(read(shard)):
+            if number % group == position:
                 yield record
+
+    def _reorder(self, records: Iterator[Any], consumer: Consumer, epoch: int) -> Iterator[Any]:
+        if not self.shuffle_buffer:
+            return records
+        rng = np.random.default_rng([self.seed, epoch, consumer.rank, consumer.worker])
+        return _shuffled(records, self.shuffle_buffer, rng)
 
 
 def _shuffled(records: Iterator[Any], size: int, rng: np.random.Generator) -> Iterator[Any]:
