@@ -19,7 +19,13 @@ def free_port() -> int:
 
 
 def _rank_main(
-    function: Callable[..., Any], rank: int, world_size: int, port: int, results: Any, args: tuple
+    function: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    results: Any,
+    args: tuple,
+    initialise: bool,
 ) -> None:
     import torch.distributed as dist
 
@@ -27,7 +33,8 @@ def _rank_main(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size)
     )
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        if initialise:
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
         results.put((rank, "ok", function(rank, world_size, *args)))
     except BaseException:  # report any failure of this rank to the parent
         results.put((rank, "error", traceback.format_exc()))
@@ -37,15 +44,24 @@ def _rank_main(
 
 
 def run_ranks(
-    function: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = 120.0
+    function: Callable[..., Any],
+    world_size: int = 2,
+    *args: Any,
+    timeout: float = 120.0,
+    initialise: bool = True,
 ) -> list[Any]:
-    """Run ``function(rank, world_size, *args)`` in spawned gloo ranks; return the results by rank."""
+    """Run ``function(rank, world_size, *args)`` in spawned gloo ranks; return the results by rank.
+
+    With ``initialise=False`` the function calls ``init_process_group`` itself (the environment
+    names the master address and port)."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
     processes = [
         context.Process(
-            target=_rank_main, args=(function, rank, world_size, port, results, args), daemon=False
+            target=_rank_main,
+            args=(function, rank, world_size, port, results, args, initialise),
+            daemon=False,
         )
         for rank in range(world_size)
     ]

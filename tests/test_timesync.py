@@ -290,3 +290,19 @@ def test_synced_recordings_exactly_once_across_workers_and_ranks(num_workers: in
         for sample in DataLoader(dataset, batch_size=None, num_workers=num_workers):
             seen[(int(sample["recording"]), int(sample["cam"]))] += 1
     assert seen == Counter((r, frame) for r in range(count) for frame in range(30))
+
+
+def test_online_sources_read_twice_reopen_or_refuse() -> None:
+    camera = [(t / 10, t) for t in range(5)]
+    imu = [(t / 30, float(t)) for t in range(15)]
+    options = {"reference": "cam", "tolerance": 0.02}
+    reopened = TimeSync({"cam": lambda: iter(camera), "imu": lambda: iter(imu)}, **options)
+    first = list(reopened)
+    assert len(first) == 5 and list(reopened) == first
+    assert reopened.report.total == {"cam": 5, "imu": 15}  # counted once per pass, not summed
+    lists = TimeSync({"cam": camera, "imu": imu}, **options)
+    assert list(lists) == first == list(lists)
+    once = TimeSync({"cam": iter(camera), "imu": iter(imu)}, **options)
+    assert list(once) == first
+    with pytest.raises(TypeError, match=r"stream\(s\) \['cam', 'imu'\] are iterators .* callable"):
+        list(once)

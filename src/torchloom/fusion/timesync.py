@@ -215,7 +215,9 @@ class TimeSync(Dataset[dict[str, Any]]):
     """Align ``streams`` to the ``reference`` stream's timestamps (see the module docstring).
 
     Args:
-        streams: name -> ``(timestamps, values)`` arrays, or an iterator of ``(timestamp, value)``.
+        streams: name -> ``(timestamps, values)`` arrays; or an iterable of ``(timestamp, value)``
+            records, or a callable returning one (needed to iterate an online TimeSync again: a
+            plain iterator is read once, and a second pass is an error saying so).
         reference: the name of the stream whose timestamps are the output clock.
         tolerance: the largest time offset at which a record still counts (same unit as timestamps).
         policy: ``"nearest"``, ``"previous"`` or ``"interpolate"``.
@@ -254,6 +256,7 @@ class TimeSync(Dataset[dict[str, Any]]):
         self.report = SyncReport()
         self._sources = dict(streams)
         self.online = not all(isinstance(s, tuple) and len(s) == 2 for s in streams.values())
+        self._passes = 0
         self._columns: dict[str, Any] = {}
         self._zeros: dict[str, Any] = {}
         self._length = 0
@@ -380,8 +383,21 @@ class TimeSync(Dataset[dict[str, Any]]):
     def stream(self) -> Iterator[dict[str, Any]]:
         """Align iterator streams online, reading each once; the report fills in as it goes."""
 
+        single_use = [
+            name for name, stream in self._sources.items() if not callable(stream) and iter(stream) is stream
+        ]
+        if self._passes and single_use:
+            raise TypeError(
+                f"this online TimeSync was already iterated, and its stream(s) {single_use} are "
+                "iterators that the first pass consumed; pass a callable that opens the stream again (e.g. "
+                "lambda: read_imu(path)) to iterate more than once"
+            )
+        self._passes += 1
+
         def source(name: str) -> Any:
             stream = self._sources[name]
+            if callable(stream):
+                stream = stream()
             if isinstance(stream, tuple):
                 stream = zip(*stream, strict=True)
             return reordered(name, stream, self.reorder_window) if self.reorder_window is not None else stream

@@ -1,0 +1,68 @@
+"""PyTorch Lightning, 2 CPU processes with DDP and Lightning's defaults, a torchloom sampler built
+in the DataModule's ``__init__`` (before the process group exists).
+
+Lightning leaves torchloom samplers alone (they are DistributedSampler instances, so its
+``use_distributed_sampler=True`` default does not wrap them in a second split), and the sampler
+resolves rank and world size when the epoch starts: each rank trains on its share exactly once.
+
+Run: ``python examples/lightning_ddp.py OUT`` (Lightning relaunches the script for rank 1);
+every rank writes ``OUT/rank<r>.json`` with the indices it trained on.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys, Record, output_folder
+from torch.utils.data import DataLoader
+
+from torchloom import BalancedSampler
+
+
+class Data(pl.LightningDataModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sampler = BalancedSampler(LABELS, seed=0)  # built before DDP starts: resolved later
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(Keys(), sampler=self.sampler, batch_size=BATCH_SIZE, num_workers=1)
+
+
+class Model(pl.LightningModule):
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 3)
+        self.record, self.folder = Record(), folder
+
+    def training_step(self, batch: dict[str, Any], batch_index: int) -> torch.Tensor:
+        self.record.add(batch)
+        return torch.nn.functional.cross_entropy(self.layer(batch["x"]), batch["label"])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def on_train_end(self) -> None:
+        sampler = self.trainer.datamodule.sampler  # type: ignore[attr-defined]
+        self.record.write(self.folder, self.global_rank, self.trainer.world_size, padded=sampler.padded)
+
+
+def main() -> None:
+    folder = output_folder(sys.argv)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_epochs=EPOCHS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Model(folder), datamodule=Data())
+
+
+if __name__ == "__main__":
+    main()
