@@ -3,7 +3,6 @@ SyncedRecordings; elastic world sizes; refused mismatches; golden values."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from resume import Setup, Subject, check_every_seam
 from test_samplers import SAMPLERS, KeyEcho
+from test_streaming import write_shards
 from torchloom import StreamDataset, SyncedRecordings
 from torchloom.samplers import KeySampler
 from torchloom.state import StateMismatchError
@@ -33,16 +33,6 @@ def sampler_subject(name: str) -> Subject:
         return list(zip(batch["index"].tolist(), batch["epoch"].tolist(), strict=True))
 
     return Subject(name, SAMPLERS[name], parts, ids, finished_epoch_advances=True, main_state_saved=True)
-
-
-def write_shards(folder: Path, sizes: list[int]) -> list[str]:
-    paths, record = [], 0
-    for number, size in enumerate(sizes):
-        path = folder / f"part-{number}.jsonl"
-        path.write_text("".join(json.dumps({"id": record + i}) + "\n" for i in range(size)))
-        record += size
-        paths.append(str(path))
-    return paths
 
 
 def stream_subject(folder: Path, shuffle_buffer: int) -> Subject:

@@ -49,6 +49,7 @@ from torchloom.samplers import (
     WindowSampler,
 )
 from torchloom.seeding import SampleKey, sample_rng
+from torchloom.state import StateMismatchError
 from torchloom.streaming import StreamDataset
 from torchloom.transforms import (
     CenterCrop,
@@ -103,6 +104,7 @@ __all__ = [
     "SampleKey",
     "Skipped",
     "Stack",
+    "StateMismatchError",
     "StreamDataset",
     "StringColumn",
     "SyncReport",
