@@ -127,8 +127,8 @@ def test_nan_policies_drop_mean_keep_and_fill(manifest_root: Path) -> None:
 
     dropped = numeric("drop")
     assert len(dropped) == 2 and [r for _, r in dropped.report.invalid] == [
-        "NaN or missing in ['age']",
-        "NaN or missing in ['size']",
+        "NaN, infinite or missing in ['age']",
+        "NaN, infinite or missing in ['size']",
     ]
     assert numeric("mean")[1]["numeric"].tolist() == [pytest.approx((3 + 7 + 9) / 3), 2.5]
     assert numeric("mean")[3]["numeric"].tolist() == [9.0, pytest.approx((1.5 + 2.5 + 0.5) / 3)]

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from collections.abc import Sequence
@@ -20,7 +21,15 @@ class TorchloomError(Exception):
     """Base class of every error torchloom raises on purpose."""
 
 
-class DecodeError(TorchloomError):
+class DataError(TorchloomError):
+    """The input is bad (a file, a row, a record), not the code: a fault policy may skip it.
+
+    Everything else raised while loading a sample (a transform returning the wrong type, a
+    ``TypeError`` in user code) is a bug and always propagates, whatever the policy.
+    """
+
+
+class DecodeError(DataError):
     """A file could not be read as an image (or other media); names the file and the reason.
 
     Also constructible from a message alone, as DataLoader does when it re-raises a worker's
@@ -41,10 +50,13 @@ class DecodeError(TorchloomError):
 
 
 # The line a SampleError's own message makes, as it appears in a re-raised worker traceback.
-_SAMPLE_ERROR_LINE = re.compile(r"SampleError: sample (\d+)(?: \('(.*?)'\))? failed")
+# The path is its repr: single-quoted, or double-quoted when it holds a single quote.
+_SAMPLE_ERROR_LINE = re.compile(
+    r"SampleError: sample (\d+)(?: \(('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")\))? failed"
+)
 
 
-class SampleError(TorchloomError):
+class SampleError(DataError):
     """Loading one sample failed; carries the sample index and path, with the cause chained.
 
     DataLoader re-raises a worker's error from its message alone: ``SampleError(message)`` keeps
@@ -55,7 +67,8 @@ class SampleError(TorchloomError):
         if isinstance(index, str):
             found = _SAMPLE_ERROR_LINE.findall(index)
             self.index = int(found[-1][0]) if found else -1
-            self.path = path if path is not None else (found[-1][1] or None if found else None)
+            quoted = found[-1][1] if found else ""
+            self.path = path if path is not None else (ast.literal_eval(quoted) if quoted else None)
             self.reason = index
             super().__init__(index)
             return
@@ -69,7 +82,7 @@ class SampleError(TorchloomError):
         return (SampleError, (self.index, self.path, self.reason))
 
 
-class ManifestError(TorchloomError, ValueError):
+class ManifestError(DataError, ValueError):
     """A manifest (or its declared fields) is unusable: a missing column, an unsafe path, a NaN."""
 
 
@@ -88,6 +101,38 @@ class PathOutsideRootError(ManifestError):
 
     def __reduce__(self) -> tuple[type[PathOutsideRootError], tuple[int, str, str, str]]:
         return (PathOutsideRootError, (self.row, self.value, self.root, self.why))
+
+
+class UnsafeFileError(DataError, OSError):
+    """A path is not a regular file (a FIFO, a device, a socket) or escapes its root at read time.
+
+    Refused before ``open``: reading a FIFO blocks forever, a device never ends.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], why: str | None = None) -> None:
+        if why is None:  # rebuilt from a message alone (DataLoader re-raising a worker's error)
+            self.path, self.why = "", os.fspath(path)
+            super().__init__(self.why)
+            return
+        self.path, self.why = os.fspath(path), why
+        super().__init__(f"refusing to read {self.path!r}: {why}")
+
+    def __reduce__(self) -> tuple[type[UnsafeFileError], tuple[str, str | None]]:
+        return (UnsafeFileError, (self.path, self.why))
+
+    def __str__(self) -> str:
+        return f"refusing to read {self.path!r}: {self.why}" if self.path else self.why
+
+
+class ConfigError(TorchloomError, ValueError):
+    """An argument or setting is invalid; says what was given and what would work."""
+
+
+class TransformError(TorchloomError, TypeError):
+    """A transform (the code, not the data) misbehaved: wrong call signature or output type.
+
+    A bug, never skipped by a fault policy; names the transform and the fix.
+    """
 
 
 class EmptyDatasetError(TorchloomError, ValueError):

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeVar
 
-from torchloom.errors import DecodeError, SampleError, TorchloomError
+from torchloom.errors import DataError, DecodeError, SampleError, TorchloomError
 
 T = TypeVar("T")
 
@@ -28,8 +28,9 @@ OnError = Literal["raise", "skip", "retry"]
 ON_ERROR_CHOICES = ("raise", "skip", "retry")
 #: The batch key under which collate lists the samples it dropped.
 SKIPPED_KEY = "skipped"
-# Errors a data fault may raise; anything else is a bug and always propagates.
-DATA_FAULTS: tuple[type[BaseException], ...] = (OSError, TorchloomError)
+# Errors a data fault may raise; anything else (a transform's TypeError, a TransformError) is a bug
+# and always propagates, whatever the policy.
+DATA_FAULTS: tuple[type[BaseException], ...] = (OSError, DataError)
 # OSErrors that another attempt will not fix.
 PERMANENT_OS_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
@@ -41,13 +42,49 @@ PERMANENT_OS_ERRORS: tuple[type[BaseException], ...] = (
 
 @dataclass(frozen=True)
 class Skipped:
-    """Marker returned in place of a sample that failed under the ``"skip"`` policy."""
+    """Marker returned in place of a sample that failed under the ``"skip"`` policy.
+
+    :func:`torchloom.collate` drops it and records it. Anything that treats it as a sample (torch's
+    default collate, indexing it like a dict) gets a :class:`SkippedSampleError` saying so and
+    naming the fix.
+    """
 
     index: int
     path: str | None
     error: str
     reason: str
     attempts: int = 1
+    #: Which dataset skipped it (its repr); with ``index``, what a :class:`FaultReport` keys on.
+    dataset: str = ""
+
+    def _misused(self) -> SkippedSampleError:
+        return SkippedSampleError(
+            f"sample {self.index} ({self.path!r}) was skipped under on_error='skip' ({self.error}: "
+            f"{self.reason}), and something used the Skipped marker as a sample: most likely the "
+            "DataLoader's default collate. Pass collate_fn=torchloom.collate (it drops skipped "
+            "samples and lists them under batch['skipped']), or use on_error='raise'"
+        )
+
+    def __getitem__(self, key: Any) -> Any:
+        raise self._misused()
+
+    def __len__(self) -> int:
+        raise self._misused()
+
+    def __iter__(self) -> Iterator[Any]:
+        raise self._misused()
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class SkippedSampleError(TorchloomError, TypeError):
+    """A :class:`Skipped` marker was used as a sample; names the sample and the fix."""
+
+
+# torch's default collate takes the Sequence branch for a registered class and calls len(): the
+# marker's error (with the fix) is raised instead of "found <class Skipped>".
+Sequence.register(Skipped)
 
 
 @dataclass(frozen=True)
@@ -90,8 +127,8 @@ class FaultPolicy:
             raise ValueError(f"Invalid on_error={value!r}; must be one of {ON_ERROR_CHOICES}")
         return cls(on_error=value)  # type: ignore[arg-type]
 
-    def run(self, index: int, path: str | None, load: Callable[[], T]) -> T | Skipped:
-        """Call ``load`` under this policy for the sample ``index`` read from ``path``."""
+    def run(self, index: int, path: str | None, load: Callable[[], T], dataset: str = "") -> T | Skipped:
+        """Call ``load`` under this policy for the sample ``index`` read from ``path`` (of ``dataset``)."""
         attempts = 1 + (self.retries if self.on_error == "retry" else 0)
         final = self.after_retries if self.on_error == "retry" else self.on_error
         for attempt in range(1, attempts + 1):
@@ -104,13 +141,18 @@ class FaultPolicy:
                     continue
                 if final == "skip":
                     reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
-                    return Skipped(index, path, type(exc).__name__, reason, attempt)
+                    return Skipped(index, path, type(exc).__name__, reason, attempt, dataset)
                 raise SampleError(index, path, f"{type(exc).__name__}: {exc}") from exc
             except Exception as exc:  # a bug, not a data fault: keep its type, say where it happened
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"while loading sample {index} ({path!r})")
                 raise
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+
+def _escaped(text: str) -> str:
+    """``text`` with control characters escaped (printable Unicode kept)."""
+    return repr(text)[1:-1] if not text.isprintable() else text
 
 
 class FaultReport:
@@ -155,9 +197,9 @@ class FaultReport:
 
     @property
     def skipped(self) -> list[Skipped]:
-        """Each skipped sample once, sorted by index."""
-        unique = {event.index: event for event in self._events}
-        return [unique[index] for index in sorted(unique)]
+        """Each skipped sample once (keyed by dataset and index), sorted by dataset, then index."""
+        unique = {(event.dataset, event.index): event for event in self._events}
+        return [unique[key] for key in sorted(unique)]
 
     def __len__(self) -> int:
         return len(self.skipped)
@@ -172,7 +214,12 @@ class FaultReport:
         if not skipped:
             return "FaultReport: no samples skipped"
         lines = [f"FaultReport: {len(skipped)} sample(s) skipped ({len(self._events)} skip events)"]
-        lines += [f"  #{s.index} {s.path}: {s.error}: {s.reason}" for s in skipped]
+        # Paths and reasons are shown as reprs: a newline or a terminal escape in a file name
+        # cannot forge lines of this report.
+        lines += [
+            f"  {s.dataset + ' ' if s.dataset else ''}#{s.index} {s.path!r}: {s.error}: {_escaped(s.reason)}"
+            for s in skipped
+        ]
         return "\n".join(lines)
 
     def __str__(self) -> str:

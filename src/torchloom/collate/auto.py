@@ -76,15 +76,14 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
             "make every sample return the same type for this field"
         )
     (kind,) = kinds
-    if kind == "tensor":
-        tensors = values if types == {torch.Tensor} else [torch.as_tensor(value) for value in values]
-        return stack_tensors(tensors, field)
-    if kind == "bool":
-        return torch.tensor([bool(value) for value in values], dtype=torch.bool)
-    if kind == "int":
-        return torch.tensor([int(value) for value in values], dtype=torch.int64)
-    if kind == "float":
-        return torch.tensor([float(value) for value in values], dtype=torch.float64)
+    if kind in ("tensor", "bool", "int", "float"):
+        try:
+            return _batched(kind, values, types, field)
+        except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
+            raise CollateError(
+                f"{field}: cannot batch these {kind} values ({type(exc).__name__}: {exc}); return tensors "
+                "or numbers torch can hold (int64, float), or give the field a Collate rule such as AsList()"
+            ) from exc
     if kind == "mapping":
         first_keys = values[0].keys()
         keys = list(first_keys)
@@ -102,6 +101,17 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
         )
     columns = [collate_values([value[i] for value in values], f"{field}[{i}]") for i in range(len(values[0]))]
     return tuple(columns) if kind == "tuple" else columns
+
+
+def _batched(kind: str, values: Sequence[Any], types: set[type], field: str) -> torch.Tensor:
+    if kind == "tensor":
+        tensors = values if types == {torch.Tensor} else [torch.as_tensor(value) for value in values]
+        return stack_tensors(tensors, field)
+    if kind == "bool":
+        return torch.tensor([bool(value) for value in values], dtype=torch.bool)
+    if kind == "int":
+        return torch.tensor([int(value) for value in values], dtype=torch.int64)
+    return torch.tensor([float(value) for value in values], dtype=torch.float64)
 
 
 def _kind(value: Any) -> str:

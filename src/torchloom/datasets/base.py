@@ -17,7 +17,7 @@ from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_bytes
 from torchloom.seeding import SampleKey, rng_for_key
-from torchloom.transforms.base import Transform, plan_transform
+from torchloom.transforms.base import Transform, check_transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor, write_chw
 
 #: Where a sample's image may be written: a batch's slots and the sample's position in it.
@@ -49,17 +49,28 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
     ) -> None:
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed=}")
+        check_transform(transform)
         self.index = index
         self.transform = transform
         self.policy = FaultPolicy.parse(on_error)
         self.seed = seed
         self.debug = debug
         self.max_pixels = max_pixels
+        #: A real folder every file read must resolve into (checked at read time), or None.
+        self.read_root: str | None = None
         self._debug_signature: dict[str, tuple[str, int]] | None = None
         self._debug_seen = 0
 
     def __len__(self) -> int:
         return len(self.index)
+
+    @property
+    def _fault_name(self) -> str:
+        """How skipped samples name this dataset (its repr, computed once)."""
+        name = self.__dict__.get("_fault_name_cache")
+        if name is None:
+            name = self.__dict__["_fault_name_cache"] = repr(self)
+        return name
 
     def __getitem__(self, key: int) -> dict[str, Any] | Skipped:
         return self._get(key, None)
@@ -77,7 +88,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         index = self._checked_index(key)
         key = SampleKey(index, key.epoch) if isinstance(key, SampleKey) else index
         path = self.index.paths[index] if len(self.index.paths) else None
-        result = self.policy.run(index, path, lambda: self._load(index, key, slot))
+        result = self.policy.run(index, path, lambda: self._load(index, key, slot), self._fault_name)
         if self.debug and not isinstance(result, Skipped):
             self._debug_check(index, path, result)
         return result
@@ -105,7 +116,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         With a ``slot`` (a batch's slots and this sample's position), an HWC array result is
         written as CHW into the batch buffer and the returned tensor is that slot.
         """
-        data = read_bytes(path)
+        data = read_bytes(path, inside=self.read_root)
         if self.transform is None:
             image = decode_image(data, path, max_pixels=self.max_pixels)
         else:

@@ -162,18 +162,58 @@ class Label:
                     int(row), f"label {values[int(row)].as_py()!r} is not one of classes {classes}"
                 )
             labels = positions.fill_null(-1).to_numpy().astype(np.int64)
-        elif pa.types.is_integer(values.type):
+        elif pa.types.is_integer(values.type) or _integral_floats(values):
+            if pa.types.is_floating(values.type):
+                values = values.cast(pa.int64())
             labels = values.fill_null(-1).to_numpy().astype(np.int64)
             for row in np.flatnonzero(labels < 0):
                 invalid.setdefault(int(row), f"label {int(labels[row])} is negative")
-            # Integer labels are used as given: the classes are 0..max, so len(classes) is the
-            # number of outputs a model needs even when some label never occurs.
-            classes = list(range(int(labels.max()) + 1)) if len(labels) and labels.max() >= 0 else []
+            classes = self._integer_classes(labels)
+        elif pa.types.is_floating(values.type):
+            floats = values.fill_null(np.nan).to_numpy(zero_copy_only=False)
+            for row in np.flatnonzero(~np.isfinite(floats)):
+                invalid.setdefault(int(row), f"label column {self.column!r} is {floats[row]} (not a class)")
+            finite = np.isfinite(floats)
+            classes = sorted(set(floats[finite].tolist()))
+            labels = np.full(len(floats), -1, dtype=np.int64)
+            labels[finite] = np.searchsorted(np.asarray(classes), floats[finite])
         else:
             classes = sorted(pc.unique(values.drop_null()).to_pylist())
             positions = pc.index_in(values, value_set=pa.array(classes, type=values.type))
             labels = positions.fill_null(-1).to_numpy().astype(np.int64)
         return CompiledField(self.key, labels, invalid, classes)
+
+
+    def _integer_classes(self, labels: np.ndarray) -> list[int]:
+        """Integer labels are class numbers: the classes are 0..max (so len(classes) is the number
+        of outputs a model needs even when some label never occurs). A far outlier is refused
+        rather than turned into millions of classes."""
+        valid = labels[labels >= 0]
+        if not len(valid):
+            return []
+        top = int(valid.max())
+        distinct = len(np.unique(valid))
+        if top + 1 > MAX_SPARSE_CLASSES and top + 1 > SPARSE_CLASS_FACTOR * distinct:
+            row = int(np.flatnonzero(labels == top)[0])
+            raise ManifestError(
+                f"Label({self.column!r}): integer labels are class numbers 0..max, but row {row} holds "
+                f"{top:,} while only {distinct} distinct label(s) occur; fix that row, or pass "
+                "Label(..., classes=[...]) listing the labels"
+            )
+        return list(range(top + 1))
+
+
+def _integral_floats(values: pa.Array) -> bool:
+    """True for a float column whose values (nulls aside) are all finite whole numbers."""
+    if not pa.types.is_floating(values.type):
+        return False
+    floats = values.drop_null().to_numpy(zero_copy_only=False)
+    return bool(len(floats)) and bool(np.all(np.isfinite(floats) & (floats == np.round(floats))))
+
+
+# Integer labels may leave gaps (classes that never occur), but not a thousandfold sparse range.
+MAX_SPARSE_CLASSES = 65_536
+SPARSE_CLASS_FACTOR = 100
 
 
 @dataclass(frozen=True)
@@ -216,20 +256,20 @@ class Numeric:
                     f"Numeric column {name!r} holds values beyond float32's range in rows "
                     f"{_rows_text(overflow)}; rescale the column"
                 )
-        missing = np.isnan(matrix)
+        missing = ~np.isfinite(matrix)  # NaN, missing and +-inf all follow the nan= policy
         invalid: dict[int, str] = {}
         if missing.any():
             bad_rows = np.flatnonzero(missing.any(axis=1))
             bad_names = [names[i] for i in np.flatnonzero(missing.any(axis=0))]
             if self.nan == "raise":
                 raise ManifestError(
-                    f"Numeric columns {bad_names} have missing or NaN values in rows "
+                    f"Numeric columns {bad_names} have missing, NaN or infinite values in rows "
                     f"{_rows_text(bad_rows)}; choose Numeric(..., nan='drop' | 'mean' | 'keep' | <number>)"
                 )
             if self.nan == "drop":
                 for row in bad_rows:
                     columns = [names[i] for i in np.flatnonzero(missing[row])]
-                    invalid[int(row)] = f"NaN or missing in {columns}"
+                    invalid[int(row)] = f"NaN, infinite or missing in {columns}"
             elif self.nan == "mean":
                 with np.errstate(invalid="ignore"):
                     means = np.nanmean(np.where(missing, np.nan, matrix), axis=0)

@@ -105,6 +105,7 @@ class ManifestDataset(IndexedDataset):
         if len(images) > 1:
             raise ManifestError("ManifestDataset reads one Image field; join datasets for more")
         context = FieldContext(self.root, allow_outside_root)
+        read_root = None if allow_outside_root else os.path.realpath(self.root)
         compiled = [f.compile(table, context) for f in fields]
         self.report = DatasetReport()
         self.image_key = images[0].key if images else None
@@ -144,6 +145,7 @@ class ManifestDataset(IndexedDataset):
         super().__init__(
             index, transform=transform, on_error=on_error, seed=seed, debug=debug, max_pixels=max_pixels
         )
+        self.read_root = read_root
 
     def column(self, key: str) -> np.ndarray | StringColumn:
         """The values a field gives its samples, one per sample, e.g. the ids of a ``Key`` field."""

@@ -47,6 +47,10 @@ class JoinError(TorchloomError, ValueError):
     """Sources cannot be joined: duplicate keys, key types that differ, a source without keys."""
 
 
+# Samples tried, at most, to find one that loads and shows a source's fields.
+FIELD_PROBE_LIMIT = 100
+
+
 @dataclass
 class JoinReport:
     """What the join left out: per reason, the number of keys and the first few of them."""
@@ -141,13 +145,22 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         return reference.take(pa.array(keep)), {name: row[keep] for name, row in rows.items()}
 
     def _first_sample(self, name: str) -> dict[str, Any]:
+        """The first sample of a source that loads (skipped ones, under ``"skip"``, are passed over)."""
         dataset = self.sources[name]
-        if len(dataset) == 0:  # type: ignore[arg-type]
+        size = len(dataset)  # type: ignore[arg-type]
+        if size == 0:
             raise JoinError(f"source {name!r} is empty")
+        failed: list[Skipped] = []
         sample = dataset[0]
+        while isinstance(sample, Skipped) and len(failed) + 1 < min(size, FIELD_PROBE_LIMIT):
+            failed.append(sample)
+            sample = dataset[len(failed)]
         if isinstance(sample, Skipped):
+            failed.append(sample)
+            reasons = "; ".join(f"#{s.index} {s.path!r}: {s.reason}" for s in failed[:3])
             raise JoinError(
-                f"source {name!r}: its first sample failed ({sample.reason}); cannot learn its fields"
+                f"source {name!r}: its first {len(failed)} sample(s) all failed, so its fields cannot be "
+                f"learnt ({reasons}); fix those files"
             )
         if not isinstance(sample, Mapping):
             raise JoinError(f"source {name!r} returns {type(sample).__name__}, not dict samples")
@@ -197,9 +210,8 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
             else:
                 part = dataset[SampleKey(row, epoch) if epoch is not None else row]
                 if isinstance(part, Skipped):
-                    return Skipped(
-                        index, part.path, part.error, f"source {name!r}: {part.reason}", part.attempts
-                    )
+                    reason = f"source {name!r}: {part.reason}"
+                    return Skipped(index, part.path, part.error, reason, part.attempts, repr(self))
             for field_name, output in self._names[name].items():
                 sample[output] = part[field_name]
             if self.missing == "mask":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 from io import BytesIO
 
@@ -27,7 +28,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
-from torchloom.errors import DecodeError
+from torchloom.errors import DecodeError, UnsafeFileError
 
 #: Pillow's own warning threshold: larger images are refused as possible decompression bombs.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -54,10 +55,56 @@ class ImageHeader:
         return self.height * self.width
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """Read a whole file; an empty file is a :class:`DecodeError`."""
-    with open(path, "rb") as handle:
-        data = handle.read()
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """Open ``path`` for reading, refusing what is not a regular file before reading a byte.
+
+    The file is opened non-blocking (a FIFO then opens at once instead of waiting for a writer)
+    and checked with ``fstat`` on the open descriptor, so a swap between a check and the open
+    cannot slip a FIFO or a device through. Returns the descriptor (the caller closes it).
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(path, f"it is {file_kind(mode)}, not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def file_kind(mode: int) -> str:
+    """A readable name for the kind of file ``mode`` (an ``st_mode``) describes."""
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def check_inside(path: str | os.PathLike[str], root: str) -> None:
+    """Refuse ``path`` when it resolves (symlinks followed) outside the real folder ``root``."""
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, root]) != root:
+        why = f"resolves to {real!r}, outside the dataset root {root!r} (a symlink changed since checked)"
+        raise UnsafeFileError(path, why)
+
+
+def read_bytes(path: str | os.PathLike[str], *, inside: str | None = None, limit: int | None = None) -> bytes:
+    """Read a regular file (refusing FIFOs and devices); an empty file is a :class:`DecodeError`.
+
+    ``inside``: a real folder the path must resolve into (checked at read time, so a symlink
+    swapped in after validation is refused). ``limit``: read at most this many bytes.
+    """
+    if inside is not None:
+        check_inside(path, inside)
+    with os.fdopen(open_regular(path), "rb") as handle:
+        data = handle.read() if limit is None else handle.read(limit)
     if not data:
         raise DecodeError(path, "file is empty (0 bytes)")
     return data

@@ -10,8 +10,10 @@ Example:
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import stat
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -20,7 +22,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
-from torchloom.errors import ManifestError
+from torchloom.errors import ManifestError, UnsafeFileError
+from torchloom.io.image import file_kind
 
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 
@@ -39,8 +42,7 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
         raise ManifestError(
             f"manifest {text_path!r} has extension {suffix!r}; expected one of {MANIFEST_SUFFIXES}"
         )
-    if not os.path.isfile(text_path):
-        raise FileNotFoundError(f"manifest {text_path!r} does not exist")
+    require_regular_file(text_path, "manifest")
     try:
         if suffix in (".parquet", ".pq"):
             return pa_parquet.read_table(text_path)
@@ -51,19 +53,101 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
             )
             return pa_csv.read_csv(text_path, parse_options=options, convert_options=convert)
         if suffix == ".json" and _starts_with_bracket(text_path):
-            with open(text_path, encoding="utf-8") as handle:
-                rows = json.load(handle)
+            with open(text_path, encoding="utf-8-sig") as handle:
+                try:
+                    rows = json.load(handle)
+                except json.JSONDecodeError as exc:
+                    where = f"manifest {text_path!r} line {exc.lineno} column {exc.colno}"
+                    raise ManifestError(f"{where}: invalid JSON ({exc.msg})") from exc
             if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
                 raise ManifestError(f"manifest {text_path!r} must be a JSON list of objects")
-            if not rows:
-                return pa.table({})
-            # Infer the schema from every row, not the first: optional keys stay columns.
-            return pa.Table.from_batches([pa.RecordBatch.from_struct_array(pa.array(rows))])
-        return pa_json.read_json(text_path)
+            return _rows_table(rows)
+        try:
+            return pa_json.read_json(text_path)
+        except pa.ArrowInvalid:
+            # Arrow's reader cannot say which line failed (it counts rows within a block) and
+            # refuses lines longer than its block: read line by line to load it or name the line.
+            return _read_json_lines(text_path)
     except ManifestError:
         raise
     except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
         raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
+
+
+_CANONICAL_INT = r"^-?(0|[1-9][0-9]{0,17})$"
+_CANONICAL_FLOAT = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$|^-?\.[0-9]+$|^(-?inf|nan)$"
+
+
+def read_csv_as_text(source: io.BytesIO, delimiter: str = ",") -> pa.Table:
+    """CSV bytes with every column read as text (empty cells null); the header row names them."""
+    parse = pa_csv.ParseOptions(delimiter=delimiter)
+    names = pa_csv.open_csv(source, parse_options=parse).schema.names
+    source.seek(0)
+    convert = pa_csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True)
+    return pa_csv.read_csv(source, parse_options=parse, convert_options=convert)
+
+
+def typed_text_columns(table: pa.Table) -> pa.Table:
+    """Text columns whose every value is a canonical integer become int64, canonical numbers
+    float64; others (codes like ``007``, ``+1``, ``1e``) stay text, as manifests keep them.
+
+    Example:
+        >>> table = pa.table({"a": ["1", "-2"], "b": ["007", "8"], "c": ["0.5", "2"]})
+        >>> typed_text_columns(table).to_pylist()[0]
+        {'a': 1, 'b': '007', 'c': 0.5}
+    """
+    columns = {}
+    for name in table.column_names:
+        column = table.column(name)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            columns[name] = column
+            continue
+        valid = column.drop_null()
+        if len(valid) and pc.all(pc.match_substring_regex(valid, _CANONICAL_INT)).as_py():
+            columns[name] = column.cast(pa.int64())
+        elif len(valid) and pc.all(pc.match_substring_regex(valid, _CANONICAL_FLOAT)).as_py():
+            columns[name] = column.cast(pa.float64())
+        else:
+            columns[name] = column
+    return pa.table(columns)
+
+
+def _rows_table(rows: list[dict[str, object]]) -> pa.Table:
+    if not rows:
+        return pa.table({})
+    # Infer the schema from every row, not the first: optional keys stay columns.
+    return pa.Table.from_batches([pa.RecordBatch.from_struct_array(pa.array(rows))])
+
+
+def _read_json_lines(path: str) -> pa.Table:
+    """One JSON object per line (a BOM and very long lines allowed); a bad line is named."""
+    rows: list[dict[str, object]] = []
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ManifestError(
+                    f"manifest {path!r} line {number} column {exc.colno}: invalid JSON ({exc.msg})"
+                ) from exc
+            if not isinstance(row, dict):
+                raise ManifestError(
+                    f"manifest {path!r} line {number}: expected a JSON object, got {line[:60]!r}"
+                )
+            rows.append(row)
+    return _rows_table(rows)
+
+
+def require_regular_file(path: str, what: str) -> None:
+    """Raise ``FileNotFoundError`` or :class:`UnsafeFileError` (FIFO, device, folder) before ``open``."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path!r} does not exist") from None
+    if not stat.S_ISREG(mode):
+        raise UnsafeFileError(path, f"the {what} is {file_kind(mode)}, not a regular file")
 
 
 def _starts_with_bracket(path: str) -> bool:

@@ -55,9 +55,8 @@ class MixedDataset(Dataset[Any]):
             sample = dict(sample)
             sample["source"] = source
         elif isinstance(sample, Skipped):
-            return Skipped(
-                int(key), sample.path, sample.error, f"source {source}: {sample.reason}", sample.attempts
-            )
+            reason = f"source {source}: {sample.reason}"
+            return Skipped(int(key), sample.path, sample.error, reason, sample.attempts, "MixedDataset")
         return sample
 
 
@@ -118,6 +117,8 @@ class MixtureSampler(KeySampler):
             raise ValueError(f"every source needs samples, got sizes {list(sizes)}")
         if any(w < 0 or not math.isfinite(w) for w in weights) or sum(weights) <= 0:
             raise ValueError(f"weights must be finite, >= 0 and not all 0, got {list(weights)}")
+        if not math.isfinite(sum(weights)):
+            raise ValueError(f"weights {list(weights)} overflow when summed; rescale them (ratios matter)")
         if not (stop in ("first_exhausted", "all_exhausted") or (isinstance(stop, int) and stop > 0)):
             raise ValueError(
                 f"Invalid stop={stop!r}; use 'first_exhausted', 'all_exhausted' or a positive int"

@@ -42,7 +42,13 @@ class WeightedSampler(KeySampler):
             raise ValueError("WeightedSampler needs a non-empty 1-D sequence of weights")
         if not np.all(np.isfinite(self.weights)) or self.weights.min() < 0:
             raise ValueError("weights must be finite and >= 0")
-        total = self.weights.sum()
+        with np.errstate(over="ignore"):
+            total = self.weights.sum()
+        if not np.isfinite(total):
+            raise ValueError(
+                f"weights sum to {total} (they overflow float64; the largest is {self.weights.max():.3g}); "
+                "rescale them, e.g. weights / weights.max()"
+            )
         if total <= 0:
             raise ValueError("weights sum to 0: nothing can be drawn")
         if num_samples <= 0:

@@ -17,17 +17,29 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import fsspec
-import pyarrow.csv as pa_csv
+import pyarrow as pa
 import pyarrow.parquet as pa_parquet
 
 from torchloom.errors import ManifestError
+from torchloom.io.table import read_csv_as_text, require_regular_file, typed_text_columns
 
 Reader = Callable[[str], Iterator[Any]]
 
 
+def _check_local(shard: str) -> None:
+    """A local shard must be a regular file: a FIFO would block the reader forever."""
+    if "://" in shard and not shard.startswith("file://"):
+        return
+    path = shard.removeprefix("file://")
+    if os.path.exists(path):
+        require_regular_file(path, "shard")
+
+
 def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
-    """One JSON object per line; blank lines are skipped; a bad line names the shard and line."""
-    with fsspec.open(shard, "rt", encoding="utf-8") as handle:
+    """One JSON object per line (a BOM allowed); blank lines are skipped; a bad line names the
+    shard and line."""
+    _check_local(shard)
+    with fsspec.open(shard, "rt", encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -38,19 +50,29 @@ def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
 
 
 def read_csv(shard: str) -> Iterator[dict[str, Any]]:
-    """CSV with a header row, read in record batches."""
+    """CSV with a header row. Values are typed as in manifests: a column of canonical integers
+    becomes ints, of numbers floats; anything else, a code like ``007`` included, stays text."""
+    _check_local(shard)
     with fsspec.open(shard, "rb") as handle:
-        reader = pa_csv.open_csv(io.BytesIO(handle.read()))
-        for batch in reader:
-            yield from batch.to_pylist()
+        data = handle.read()
+    try:
+        table = read_csv_as_text(io.BytesIO(data))
+    except (pa.ArrowException, ValueError) as exc:
+        raise ManifestError(f"shard {shard!r}: cannot read it as CSV ({exc})") from exc
+    yield from typed_text_columns(table).to_pylist()
 
 
 def read_parquet(shard: str) -> Iterator[dict[str, Any]]:
     """Parquet, read one row group at a time."""
+    _check_local(shard)
     with fsspec.open(shard, "rb") as handle:
-        parquet = pa_parquet.ParquetFile(handle)
-        for group in range(parquet.num_row_groups):
-            yield from parquet.read_row_group(group).to_pylist()
+        try:
+            parquet = pa_parquet.ParquetFile(handle)
+            for group in range(parquet.num_row_groups):
+                rows = parquet.read_row_group(group).to_pylist()
+                yield from rows
+        except (pa.ArrowException, OSError) as exc:
+            raise ManifestError(f"shard {shard!r}: cannot read it as Parquet ({exc})") from exc
 
 
 READERS: dict[str, Reader] = {

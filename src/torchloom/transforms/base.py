@@ -15,11 +15,14 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from torchloom.errors import TransformError
 
 
 @runtime_checkable
@@ -42,6 +45,42 @@ class DecodePlan:
 
     min_size: tuple[int, int] | None
     finish: Callable[[np.ndarray], Any]
+
+
+def check_transform(transform: Any) -> None:
+    """Refuse, with the fix, a transform that cannot be called as ``transform(image, rng)``.
+
+    The first mistake of a torchvision user is a one-argument transform (``image -> image``).
+
+    Example:
+        >>> try:
+        ...     check_transform(lambda image: image)
+        ... except TransformError as error:
+        ...     print("Lambda(" in str(error))
+        True
+    """
+    if transform is None:
+        return
+    if not callable(transform):
+        raise TransformError(f"transform={transform!r} is not callable; pass a callable (image, rng)")
+    try:
+        parameters = list(inspect.signature(transform).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 2:
+        raise TransformError(
+            f"transform {transform!r} takes {len(positional)} argument(s), but torchloom calls "
+            "transform(image, rng) with the sample's random generator (so augmentation depends only on "
+            "(seed, epoch, index)). For a one-argument (torchvision-style) callable, wrap it: "
+            "torchloom.Lambda(your_transform); or use torchloom's transforms, which take the rng"
+        )
 
 
 def plan_transform(transform: Transform, height: int, width: int, rng: np.random.Generator) -> DecodePlan:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from torchloom.errors import TorchloomError
+from torchloom.errors import TransformError
 from torchloom.io.image import JPEG_SCALE_DENOMINATORS
 from torchloom.transforms.base import DecodePlan
 
@@ -26,10 +26,6 @@ from torchloom.transforms.base import DecodePlan
 AREA_INTERPOLATION_BELOW = 0.5
 # Attempts at drawing a crop box inside the image before falling back to a centre crop.
 CROP_ATTEMPTS = 10
-
-
-class TransformError(TorchloomError, ValueError):
-    """A transform cannot handle this image (for instance a crop larger than the image)."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchloom.errors import TorchloomError
+from torchloom.errors import TransformError
 
 UINT8_MAX = 255.0
 
@@ -36,11 +36,15 @@ def to_chw_tensor(image: Any) -> torch.Tensor:
     if isinstance(image, torch.Tensor):
         return image
     if not isinstance(image, np.ndarray):
-        raise TorchloomError(f"expected a numpy image or a tensor, got {type(image).__name__}")
+        raise TransformError(
+            f"the transform returned a {type(image).__name__}, but an image must be an HWC numpy array "
+            "or a CHW tensor; make the transform return one (this is a bug in the pipeline, not in the "
+            "data, so no fault policy skips it)"
+        )
     if image.ndim == 2:
         image = image[:, :, None]
     if image.ndim != 3:
-        raise TorchloomError(f"expected an HWC image, got shape {image.shape}")
+        raise TransformError(f"the transform returned an array of shape {image.shape}; expected HWC or HW")
     if any(stride < 0 for stride in image.strides):
         image = np.ascontiguousarray(image)
     # torch's permute + contiguous copies HWC -> CHW about 2x faster than numpy's transpose copy.
