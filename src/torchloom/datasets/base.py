@@ -46,6 +46,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         seed: int,
         debug: bool,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        exif_orientation: bool = True,
     ) -> None:
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed=}")
@@ -56,6 +57,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         self.seed = seed
         self.debug = debug
         self.max_pixels = max_pixels
+        self.exif_orientation = exif_orientation
         #: A real folder every file read must resolve into (checked at read time), or None.
         self.read_root: str | None = None
         self._debug_signature: dict[str, tuple[str, int]] | None = None
@@ -118,11 +120,14 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         """
         data = read_bytes(path, inside=self.read_root)
         if self.transform is None:
-            image = decode_image(data, path, max_pixels=self.max_pixels)
+            image = decode_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
         else:
-            header = probe_image(data, path, max_pixels=self.max_pixels)
+            header = probe_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
             plan = plan_transform(self.transform, header.height, header.width, rng)
-            image = plan.finish(decode_image(data, path, min_size=plan.min_size, max_pixels=self.max_pixels))
+            decoded = decode_image(
+                data, path, min_size=plan.min_size, max_pixels=self.max_pixels, orient=self.exif_orientation
+            )
+            image = plan.finish(decoded)
         if slot is not None and isinstance(image, np.ndarray) and image.ndim == 3:
             slots, position = slot
             target = slots.slot(

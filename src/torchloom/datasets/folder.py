@@ -49,6 +49,9 @@ class FolderDataset(IndexedDataset):
         on_error: ``"raise"``, ``"skip"``, ``"retry"`` or a :class:`FaultPolicy`.
         seed: the seed of :func:`torchloom.sample_rng` for :class:`torchloom.SampleKey` keys.
         debug: log the first samples and check all samples share keys, dtypes and dimensions.
+        max_pixels: larger images are refused (decompression-bomb guard).
+        exif_orientation: turn photos upright as their EXIF tag says (default), as viewers do;
+            ``False`` keeps the stored pixel order.
         workers: threads used for validation; ``progress`` shows a bar while it runs.
 
     Example:
@@ -74,6 +77,7 @@ class FolderDataset(IndexedDataset):
         seed: int = 0,
         debug: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        exif_orientation: bool = True,
         workers: int | None = None,
         progress: bool = True,
     ) -> None:
@@ -119,7 +123,13 @@ class FolderDataset(IndexedDataset):
             np.asarray(labels, dtype=np.int64)[keep],
         )
         super().__init__(
-            index, transform=transform, on_error=on_error, seed=seed, debug=debug, max_pixels=max_pixels
+            index,
+            transform=transform,
+            on_error=on_error,
+            seed=seed,
+            debug=debug,
+            max_pixels=max_pixels,
+            exif_orientation=exif_orientation,
         )
         self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:

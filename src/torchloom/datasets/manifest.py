@@ -82,6 +82,7 @@ class ManifestDataset(IndexedDataset):
         debug: bool = False,
         allow_outside_root: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        exif_orientation: bool = True,
         workers: int | None = None,
         progress: bool = True,
     ) -> None:
@@ -143,7 +144,13 @@ class ManifestDataset(IndexedDataset):
             label.values if label is not None else np.full(len(keep), -1, np.int64),
         )
         super().__init__(
-            index, transform=transform, on_error=on_error, seed=seed, debug=debug, max_pixels=max_pixels
+            index,
+            transform=transform,
+            on_error=on_error,
+            seed=seed,
+            debug=debug,
+            max_pixels=max_pixels,
+            exif_orientation=exif_orientation,
         )
         self.read_root = read_root
 

@@ -4,7 +4,9 @@ JPEG goes through simplejpeg (libjpeg-turbo), decoding at 1/2, 1/4 or 1/8 scale 
 ``min_size`` allows it; PNG, BMP, TIFF, WebP and GIF go through Pillow. Grayscale, palette,
 CMYK, 16-bit and alpha images are converted the same way whatever their format: alpha is
 dropped, 16-bit values keep their high byte, grayscale is repeated over three channels.
-EXIF orientation is not applied (the stored pixel order is returned, as Pillow does).
+EXIF orientation is applied (``orient=True``, the default), so an image reads as any viewer shows
+it; headers report the displayed size, so crop planning and DCT-scaled decoding agree with it.
+``orient=False`` returns the stored pixel order.
 
 Example:
     >>> import numpy as np, simplejpeg, tempfile, os
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import struct
 from dataclasses import dataclass
 from io import BytesIO
 
@@ -29,6 +32,8 @@ import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
 from torchloom.errors import DecodeError, UnsafeFileError
+from torchloom.io.orientation import ORIENTATION_TAG, jpeg_orientation, oriented_size, stored_size
+from torchloom.io.orientation import orient as orient_array
 
 #: Pillow's own warning threshold: larger images are refused as possible decompression bombs.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -49,6 +54,8 @@ class ImageHeader:
     height: int
     width: int
     format: str
+    #: EXIF orientation (1..8) already reflected in ``height`` and ``width`` (1: as stored).
+    orientation: int = 1
 
     @property
     def pixels(self) -> int:
@@ -111,14 +118,14 @@ def read_bytes(path: str | os.PathLike[str], *, inside: str | None = None, limit
 
 
 def probe_image(
-    data: bytes, path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS
+    data: bytes, path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS, orient: bool = True
 ) -> ImageHeader:
-    """Read an image's size and format from its header and apply the pixel-count guard.
+    """Read an image's displayed size and format from its header and apply the pixel-count guard.
 
     Example:
         >>> import numpy as np, simplejpeg
         >>> probe_image(simplejpeg.encode_jpeg(np.zeros((8, 16, 3), np.uint8)), "x.jpg")
-        ImageHeader(height=8, width=16, format='JPEG')
+        ImageHeader(height=8, width=16, format='JPEG', orientation=1)
     """
     if not data:
         raise DecodeError(path, "file is empty (0 bytes)")
@@ -127,10 +134,13 @@ def probe_image(
             height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError as exc:
             raise DecodeError(path, f"invalid JPEG header ({exc})") from exc
-        header = ImageHeader(int(height), int(width), "JPEG")
+        orientation = jpeg_orientation(data) if orient else 1
+        header = ImageHeader(*oriented_size(int(height), int(width), orientation), "JPEG", orientation)
     else:
         with _open_with_pillow(data, path) as image:
-            header = ImageHeader(image.height, image.width, str(image.format))
+            orientation = _pillow_orientation(image) if orient else 1
+            height, width = oriented_size(image.height, image.width, orientation)
+            header = ImageHeader(height, width, str(image.format), orientation)
     _check_pixels(header, path, max_pixels)
     return header
 
@@ -141,8 +151,9 @@ def decode_image(
     *,
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    orient: bool = True,
 ) -> np.ndarray:
-    """Decode encoded image bytes to an RGB ``uint8`` HWC array.
+    """Decode encoded image bytes to an RGB ``uint8`` HWC array (upright, unless ``orient=False``).
 
     ``min_size`` (``int`` or ``(height, width)``) lets a JPEG decode at the smallest of 1/2,
     1/4 or 1/8 scale whose height and width are still at least that large; other formats always
@@ -155,8 +166,11 @@ def decode_image(
         (20, 20, 3)
     """
     if data.startswith(JPEG_MAGIC):
-        return _decode_jpeg(data, path, min_size, max_pixels)
-    return _decode_with_pillow(data, path, max_pixels)
+        orientation = jpeg_orientation(data) if orient else 1
+        if min_size is not None:  # min_size is in displayed coordinates; the decoder sees stored ones
+            min_size = stored_size(*_as_pair(min_size), orientation)
+        return _orient(_decode_jpeg(data, path, min_size, max_pixels), orientation)
+    return _decode_with_pillow(data, path, max_pixels, orient)
 
 
 def read_image(
@@ -164,8 +178,10 @@ def read_image(
     *,
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    orient: bool = True,
 ) -> np.ndarray:
-    """Read an image file into an RGB ``uint8`` HWC array.
+    """Read an image file into an RGB ``uint8`` HWC array, upright (EXIF orientation applied
+    unless ``orient=False``).
 
     Raises :class:`DecodeError` naming the file for empty, truncated, corrupt, non-image and
     oversized (more than ``max_pixels``) files; ``OSError`` for files that cannot be opened.
@@ -179,7 +195,7 @@ def read_image(
         >>> image.shape, image.dtype, int(image[0, 0, 2])
         ((4, 5, 3), dtype('uint8'), 7)
     """
-    return decode_image(read_bytes(path), path, min_size=min_size, max_pixels=max_pixels)
+    return decode_image(read_bytes(path), path, min_size=min_size, max_pixels=max_pixels, orient=orient)
 
 
 def jpeg_scale_for(height: int, width: int, min_size: SizeLike | None) -> int:
@@ -221,14 +237,29 @@ def _decode_jpeg(
         raise DecodeError(path, f"corrupt or truncated JPEG ({exc})") from exc
 
 
-def _decode_with_pillow(data: bytes, path: str | os.PathLike[str], max_pixels: int) -> np.ndarray:
+def _decode_with_pillow(
+    data: bytes, path: str | os.PathLike[str], max_pixels: int, orient: bool = True
+) -> np.ndarray:
     with _open_with_pillow(data, path) as image:
         _check_pixels(ImageHeader(image.height, image.width, str(image.format)), path, max_pixels)
+        orientation = _pillow_orientation(image) if orient else 1
         try:
             image.load()
         except (OSError, ValueError, SyntaxError) as exc:
             raise DecodeError(path, f"corrupt or truncated {image.format} ({exc})") from exc
-        return _to_rgb_array(image, path)
+        return _orient(_to_rgb_array(image, path), orientation)
+
+
+def _pillow_orientation(image: Image.Image) -> int:
+    try:
+        value = image.getexif().get(ORIENTATION_TAG, 1)
+    except (OSError, ValueError, SyntaxError, struct.error):  # a malformed EXIF block: as stored
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _orient(image: np.ndarray, orientation: int) -> np.ndarray:
+    return image if orientation == 1 else orient_array(image, orientation)
 
 
 def _open_with_pillow(data: bytes, path: str | os.PathLike[str]) -> Image.Image:
