@@ -19,7 +19,7 @@ from torchloom import (
     SampleKey,
     collate,
 )
-from torchloom.collate.buffers import BatchSlots, consecutive_block, empty_batch
+from torchloom.buffers import BatchSlots, consecutive_block, empty_batch
 from torchloom.synthetic import PlantedFaults
 
 AUGMENT = Compose([RandomResizedCrop(24), HorizontalFlip()])

@@ -326,3 +326,15 @@ def test_parquet_manifest_with_a_fifo_is_refused(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "m.parquet")
     with pytest.raises(UnsafeFileError, match="FIFO"):
         ManifestDataset(tmp_path / "m.parquet", root=tmp_path, fields=[Image("image")], progress=False)
+
+
+def test_a_window_with_a_skipped_step_is_skipped_whole(tmp_path: Path) -> None:
+    from torchloom import WindowDataset
+
+    root = folder_with(tmp_path)
+    (root / "cat" / "2.jpg").write_bytes(b"")
+    steps = FolderDataset(root, validate="none", on_error="skip", progress=False)
+    windows = WindowDataset(steps, [5], window=2)
+    assert isinstance(windows[0], dict) and windows[0]["image"].shape[0] == 2
+    broken = windows[1]
+    assert isinstance(broken, Skipped) and "step 2" in broken.reason

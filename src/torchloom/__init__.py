@@ -16,7 +16,17 @@ from torchloom.collate import (
     Stack,
     collate,
 )
-from torchloom.datasets import FolderDataset, Image, Key, Label, ManifestDataset, Numeric, Text
+from torchloom.datasets import (
+    FolderDataset,
+    Image,
+    Key,
+    Label,
+    ManifestDataset,
+    MixedDataset,
+    Numeric,
+    Text,
+    WindowDataset,
+)
 from torchloom.errors import (
     DecodeError,
     EmptyDatasetError,
@@ -42,10 +52,8 @@ from torchloom.io import read_image, read_table
 from torchloom.samplers import (
     BalancedSampler,
     BatchKeySampler,
-    MixedDataset,
     MixtureSampler,
     WeightedSampler,
-    WindowDataset,
     WindowSampler,
 )
 from torchloom.seeding import SampleKey, sample_rng

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from torchloom.collate.buffers import consecutive_block, empty_batch
+from torchloom.buffers import consecutive_block, empty_batch
 from torchloom.errors import TorchloomError
 from torchloom.faults import SKIPPED_KEY, Skipped
 
@@ -142,7 +142,7 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
     """Stack equal-shape tensors; in a worker the result lives in shared memory.
 
     Tensors that already are consecutive slots of one batch buffer (see
-    :class:`torchloom.collate.buffers.BatchSlots`) are returned as that buffer, uncopied.
+    :class:`torchloom.buffers.BatchSlots`) are returned as that buffer, uncopied.
     """
     first = tensors[0]
     shape, dtype = first.shape, first.dtype

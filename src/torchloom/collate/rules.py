@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch.nn import functional
 
+from torchloom.buffers import empty_batch
 from torchloom.collate.auto import CollateError, collate_values, split_skipped
-from torchloom.collate.buffers import empty_batch
 from torchloom.faults import SKIPPED_KEY
 from torchloom.seeding import rng_for_key
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torchloom.collate.buffers import BatchSlots
+from torchloom.buffers import BatchSlots
 from torchloom.errors import SampleError
 from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex

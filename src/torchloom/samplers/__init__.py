@@ -3,19 +3,16 @@
 from torchloom.samplers.balanced import BalancedSampler, class_probabilities
 from torchloom.samplers.base import KeySampler
 from torchloom.samplers.batches import BatchKeySampler
-from torchloom.samplers.mixture import MixedDataset, MixtureSampler, batch_composition
+from torchloom.samplers.mixture import MixtureSampler, batch_composition
 from torchloom.samplers.weighted import WeightedSampler
-from torchloom.samplers.window import WindowDataset, WindowIndex, WindowSampler
+from torchloom.samplers.window import WindowSampler
 
 __all__ = [
     "BalancedSampler",
     "BatchKeySampler",
     "KeySampler",
-    "MixedDataset",
     "MixtureSampler",
     "WeightedSampler",
-    "WindowDataset",
-    "WindowIndex",
     "WindowSampler",
     "batch_composition",
     "class_probabilities",
