@@ -1,4 +1,6 @@
-"""TimeSync against a brute-force double loop, offline and online; accounting; bad input."""
+"""TimeSync against a brute-force double loop in plain Python numbers (exact integers for integer
+and datetime64 timestamps), offline and online; online == offline, types included; accounting;
+bad input."""
 
 from __future__ import annotations
 
@@ -12,54 +14,60 @@ from hypothesis import strategies as st
 
 from torchloom.fusion import TimestampError, TimeSync
 
+BASE = 1_700_000_000_000_000_000  # nanoseconds since the epoch: float64 steps are 256 ns here
+POLICIES = ["nearest", "previous", "interpolate"]
+
 
 def brute_force(
-    streams: dict[str, tuple[list[float], list[float]]],
+    streams: dict[str, tuple[list[Any], list[Any]]],
     reference: str,
-    tolerance: float,
+    tolerance: Any,
     policy: str,
     on_gap: str,
-    max_gap: float | None,
+    max_gap: Any,
+    missing_dt: Any = math.nan,
 ) -> list[dict[str, Any]]:
-    """The definition, written as plainly as possible: a loop over ticks, a loop over records."""
+    """The definition, written as plainly as possible: a loop over ticks, a loop over records.
 
-    def dedup(times: list[float], values: list[float]) -> list[tuple[float, float]]:
-        kept: dict[float, float] = {}
+    Times are plain Python numbers (ints stay exact); ``dt`` is ``missing_dt`` where no record is taken.
+    """
+
+    def dedup(times: list[Any], values: list[Any]) -> list[tuple[Any, Any]]:
+        kept: dict[Any, Any] = {}
         for t, v in zip(times, values, strict=True):
             kept[t] = v  # the last record of a timestamp wins
         return sorted(kept.items())
 
+    zero = 0 if isinstance(tolerance, int) else 0.0
     ref = dedup(*streams[reference])
     others = {name: dedup(*s) for name, s in streams.items() if name != reference}
     out = []
     for tick, tick_value in ref:
-        sample: dict[str, Any] = {
-            "t": tick,
-            reference: tick_value,
-            f"{reference}_dt": 0.0,
-            f"{reference}_valid": True,
-        }
+        sample: dict[str, Any] = {"t": tick, reference: tick_value, f"{reference}_dt": zero, f"{reference}_valid": True}
         ok = True
         for name, records in others.items():
             before = [(t, v) for t, v in records if t <= tick]
             after = [(t, v) for t, v in records if t >= tick]
-            value, dt, valid = None, math.nan, False
+            value, dt, valid = None, missing_dt, False
             if policy == "nearest":
                 candidates = ([before[-1]] if before else []) + ([after[0]] if after else [])
                 if candidates:
                     t, v = min(candidates, key=lambda r: (abs(r[0] - tick), r[0]))
                     value, dt, valid = v, t - tick, abs(t - tick) <= tolerance
-            elif policy == "previous" or (policy == "interpolate" and before and before[-1][0] == tick):
+            elif policy == "previous":
                 if before:
                     t, v = before[-1]
                     value, dt, valid = v, t - tick, tick - t <= tolerance
+            elif before and before[-1][0] == tick:
+                value, dt, valid = float(before[-1][1]), zero, True
             elif before and after:
                 (t0, v0), (t1, v1) = before[-1], after[0]
                 w = (tick - t0) / (t1 - t0)
                 value, dt = v0 * (1 - w) + v1 * w, max(tick - t0, t1 - tick)
                 valid = dt <= tolerance and (max_gap is None or t1 - t0 <= max_gap)
             ok &= valid
-            sample[name] = value if valid else (0.0 if records else None)  # an empty stream: no zero shape
+            zero_value = (0.0 if policy == "interpolate" or isinstance(records[0][1], float) else 0) if records else None
+            sample[name] = value if valid else zero_value  # an empty stream: no zero shape
             sample[f"{name}_dt"] = dt
             sample[f"{name}_valid"] = valid
         if ok or on_gap == "mask":
@@ -67,63 +75,179 @@ def brute_force(
     return out
 
 
-def same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
+def same(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    """Equal sample by sample: times and offsets exactly (NaN/NaT/None alike), values to 1e-9."""
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        assert a.keys() == e.keys()
+        for key in a:
+            x, y = a[key], e[key]
+            if key == "t" or key.endswith(("_dt", "_valid")):
+                assert type(x) is type(y), (key, x, y)
+                assert (x == y) or (x != x and y != y) or (x is None and y is None), (key, x, y)
+            elif isinstance(y, float):
+                assert isinstance(x, float) and x == pytest.approx(y, rel=1e-12, abs=1e-9), (key, x, y)
+            else:
+                assert type(x) is type(y) and x == y, (key, x, y)
+
+
+def identical(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
+    """Online == offline: same keys, same types, same bits (NaN/NaT equal to themselves)."""
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
-        assert x.keys() == y.keys()
+        assert list(x) == list(y)
         for key in x:
-            if isinstance(x[key], float) and math.isnan(x[key]):
-                assert math.isnan(y[key])
-            elif isinstance(x[key], float):
-                assert y[key] == pytest.approx(x[key], abs=1e-9)
-            else:
-                assert x[key] == y[key]
+            u, v = x[key], y[key]
+            assert type(u) is type(v), (key, u, v)
+            if isinstance(u, np.ndarray):
+                assert u.dtype == v.dtype and np.array_equal(u, v, equal_nan=True), key
+            elif u is not None:
+                assert u == v or (u != u and v != v), (key, u, v)
 
 
-timestamps = st.lists(st.integers(0, 60), max_size=25).map(lambda ts: sorted(t / 10 for t in ts))
+KINDS = {  # kind -> (time of a step count, tolerances, max_gap): 1 step = 0.1 s, or 100 ns
+    "float": (lambda k: k / 10, [0.0, 0.1, 0.25, 1.0], 0.3),
+    "int": (lambda k: BASE + 100 * k, [0, 100, 250, 1000], 300),
+    "datetime": (lambda k: BASE + 100 * k, [0, 100, 250, 1000], 300),
+}
 
 
 @st.composite
-def stream(draw: st.DrawFn, non_empty: bool = False) -> tuple[list[float], list[float]]:
-    times = draw(timestamps.filter(lambda t: len(t) > 0) if non_empty else timestamps)
-    values = [float(draw(st.integers(-50, 50))) for _ in times]
-    return times, values
+def stream(draw: st.DrawFn, kind: str = "float", non_empty: bool = False) -> tuple[list[Any], list[Any]]:
+    steps = sorted(draw(st.lists(st.integers(0, 60), min_size=1 if non_empty else 0, max_size=25)))
+    integer_values = draw(st.booleans())
+    values = [draw(st.integers(-50, 50)) for _ in steps]
+    return [KINDS[kind][0](k) for k in steps], values if integer_values else [float(v) for v in values]
 
 
+def as_offline(kind: str, times: list[Any], values: list[Any], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    if kind == "datetime":
+        return np.array(times, dtype=np.int64).view("M8[ns]"), np.array(values)
+    return np.array(times, dtype=dtype if kind == "int" else np.float64), np.array(values)
+
+
+def as_online(kind: str, times: list[Any], values: list[Any], numpy_scalars: bool) -> list[tuple[Any, Any]]:
+    if kind == "datetime":
+        return [(np.datetime64(t, "ns"), v) for t, v in zip(times, values, strict=True)]
+    if kind == "int" and numpy_scalars:
+        return [(np.int64(t), v) for t, v in zip(times, values, strict=True)]
+    return list(zip(times, values, strict=True))
+
+
+def expected_for(kind: str, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Integer brute-force samples as datetime64 samples: "t" a datetime64, offsets timedelta64."""
+    if kind != "datetime":
+        return samples
+    return [
+        {
+            key: np.datetime64(v, "ns") if key == "t"
+            else (np.timedelta64("NaT", "ns") if v is None else np.timedelta64(v, "ns")) if key.endswith("_dt")
+            else v
+            for key, v in sample.items()
+        }
+        for sample in samples
+    ]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 @settings(max_examples=120, deadline=None)
-@given(
-    camera=stream(non_empty=True),
-    imu=stream(),
-    gps=stream(),
-    tolerance=st.sampled_from([0.0, 0.1, 0.25, 1.0]),
-    policy=st.sampled_from(["nearest", "previous", "interpolate"]),
-    on_gap=st.sampled_from(["drop", "mask"]),
-    max_gap=st.sampled_from([None, 0.3]),
-)
-def test_offline_and_online_equal_the_brute_force(
-    camera: Any, imu: Any, gps: Any, tolerance: float, policy: str, on_gap: str, max_gap: float | None
-) -> None:
-    streams = {"camera": camera, "imu": imu, "gps": gps}
-    expected = brute_force(streams, "camera", tolerance, policy, on_gap, max_gap)
-    arrays = {name: (np.array(t, dtype=float), np.array(v, dtype=float)) for name, (t, v) in streams.items()}
-    options: dict[str, Any] = {
-        "reference": "camera",
-        "tolerance": tolerance,
-        "policy": policy,
-        "on_gap": on_gap,
-        "max_gap": max_gap,
+@given(data=st.data())
+def test_offline_and_online_equal_the_brute_force(kind: str, data: st.DataObject) -> None:
+    to_time, tolerances, gap = KINDS[kind]
+    streams = {
+        "camera": data.draw(stream(kind, non_empty=True)),
+        "imu": data.draw(stream(kind)),
+        "gps": data.draw(stream(kind)),
     }
-    offline = TimeSync(arrays, **options)
-    same(list(offline), expected)
-    online = TimeSync(
-        {name: iter(list(zip(t, v, strict=True))) for name, (t, v) in streams.items()}, **options
-    )
-    same(list(online), expected)
+    tolerance = data.draw(st.sampled_from(tolerances))
+    policy = data.draw(st.sampled_from(POLICIES))
+    on_gap = data.draw(st.sampled_from(["drop", "mask"]))
+    max_gap = data.draw(st.sampled_from([None, gap]))
+    dtype = data.draw(st.sampled_from(["int64", "uint64"]))
+    missing_dt = math.nan if kind == "float" else None
+    expected = expected_for(kind, brute_force(streams, "camera", tolerance, policy, on_gap, max_gap, missing_dt))
+    if kind == "datetime":  # durations as timedelta64 (or, equally, integer counts of the unit)
+        tolerance = data.draw(st.sampled_from([np.timedelta64(tolerance, "ns"), tolerance]))
+        max_gap = None if max_gap is None else np.timedelta64(max_gap, "ns")
+    options: dict[str, Any] = {
+        "reference": "camera", "tolerance": tolerance, "policy": policy, "on_gap": on_gap, "max_gap": max_gap
+    }
+    offline = TimeSync({name: as_offline(kind, *s, dtype) for name, s in streams.items()}, **options)
+    offline_samples = list(offline)
+    same(offline_samples, expected)
+    numpy_scalars = data.draw(st.booleans())
+    online = TimeSync({name: iter(as_online(kind, *s, numpy_scalars)) for name, s in streams.items()}, **options)
+    identical(list(online), offline_samples)
     for report in (offline.report, online.report):
         for name, (times, _) in streams.items():
             assert report.total[name] == len(times)
             assert report.used[name] + report.skipped[name] + report.dropped[name] == len(times)
     assert offline.report == online.report
+
+
+def test_frames_100_ns_apart_at_epoch_nanoseconds_stay_distinct() -> None:
+    """float64 rounds BASE + 100 to BASE (256 ns steps): the frames merged and took wrong neighbours."""
+    assert float(BASE + 100) == float(BASE)
+    camera = (np.array([BASE, BASE + 100], dtype=np.int64), np.array([0, 1]))
+    imu = (np.array([BASE - 45, BASE + 40, BASE + 90, BASE + 160]), np.array([1.0, 2.0, 3.0, 4.0]))
+    for streams in ({"camera": camera, "imu": imu}, {"camera": list(zip(*camera)), "imu": list(zip(*imu))}):
+        samples = list(TimeSync(streams, reference="camera", tolerance=50))
+        assert [(s["t"], s["camera"], s["imu"], s["imu_dt"]) for s in samples] == [
+            (BASE, 0, 2.0, 40),
+            (BASE + 100, 1, 3.0, -10),
+        ]
+        assert all(type(s["t"]) is int and type(s["imu_dt"]) is int for s in samples)
+    interpolated = TimeSync({"camera": camera, "imu": imu}, reference="camera", tolerance=100, policy="interpolate")
+    assert [s["imu"] for s in interpolated] == pytest.approx([1.0 + 45 / 85, 3.0 + 10 / 70], abs=1e-12)
+    assert [s["imu_dt"] for s in interpolated] == [45, 60]
+
+
+def test_datetime64_units_merge_into_the_finest_and_offsets_are_timedelta64() -> None:
+    start = np.datetime64("2026-11-30T12:00:00", "ms")
+    camera = (start + np.arange(3) * np.timedelta64(100, "ms"), np.arange(3))
+    imu_times = start.astype("M8[us]") + np.array([-1500, 99_999, 230_000], dtype="m8[us]")
+    sync = TimeSync(
+        {"camera": camera, "imu": (imu_times, np.ones(3))},
+        reference="camera", tolerance=np.timedelta64(2, "ms"), on_gap="mask",
+    )
+    assert sync.clock is not None and sync.clock.unit == "us"
+    samples = list(sync)
+    assert samples[0]["t"] == np.datetime64("2026-11-30T12:00:00.000000") and samples[0]["t"].dtype == "M8[us]"
+    assert [s["imu_dt"] for s in samples] == [np.timedelta64(-1500, "us"), np.timedelta64(-1, "us"),
+                                              np.timedelta64(30_000, "us")]
+    assert [s["imu_valid"] for s in samples] == [True, True, False]
+    assert samples[0]["camera_dt"] == np.timedelta64(0, "us")
+    online = TimeSync(
+        {"camera": list(zip(*camera)), "imu": list(zip(imu_times, np.ones(3)))},
+        reference="camera", tolerance=np.timedelta64(2000, "us"), on_gap="mask",
+    )
+    identical(list(online), samples)
+
+
+def test_time_kind_errors_name_the_streams_and_the_fix() -> None:
+    ints = (np.array([0, 10]), np.array([1.0, 2.0]))
+    with pytest.raises(TimestampError, match=r"different kinds \(int: \['cam'\]; float: \['imu'\]\)"):
+        TimeSync({"cam": ints, "imu": (np.array([0.0, 1.0]), np.zeros(2))}, reference="cam", tolerance=1)
+    with pytest.raises(ValueError, match=r"tolerance=0.02 is not a whole number.*integer count"):
+        TimeSync({"cam": ints, "imu": ints}, reference="cam", tolerance=0.02)
+    assert len(TimeSync({"cam": ints, "imu": ints}, reference="cam", tolerance=20e6)) == 2
+    with pytest.raises(ValueError, match="plain integers, which carry no unit"):
+        TimeSync({"cam": ints, "imu": ints}, reference="cam", tolerance=np.timedelta64(1, "ms"))
+    dates = np.array(["2026-01-01T00:00", "NaT"], dtype="M8[s]")
+    with pytest.raises(TimestampError, match=r"stream 'imu': timestamp at position 1 is NaT"):
+        TimeSync({"cam": (dates[:1], [0]), "imu": (dates, [0, 0])}, reference="cam", tolerance=np.timedelta64(1, "s"))
+    with pytest.raises(TimestampError, match=r"stream 'imu': timestamp at position 1 is NaT"):
+        list(TimeSync({"cam": [(dates[0], 0)], "imu": iter(zip(dates, [0, 0]))}, reference="cam", tolerance=1))
+    with pytest.raises(TimestampError, match=r"stream 'imu': timestamp at position 1 \(0.5\) is a float"):
+        list(TimeSync({"cam": [(0, 0)], "imu": [(0, 0), (0.5, 0)]}, reference="cam", tolerance=1))
+    with pytest.raises(TimestampError, match=r"stream 'imu': timestamp at position 2 is inf"):
+        TimeSync({"cam": ([0.0], [1]), "imu": (np.array([0.0, 1.0, np.inf]), np.zeros(3))}, reference="cam", tolerance=1)
+    huge = np.array([-(2**62), 2**62 + 1], dtype=np.int64)
+    with pytest.raises(TimestampError, match=r"span more than 2\*\*63 - 1 units.*common origin"):
+        TimeSync({"cam": (huge, np.zeros(2)), "imu": ints}, reference="cam", tolerance=1)
+    big = np.array([2**63 + 5], dtype=np.uint64)
+    with pytest.raises(TimestampError, match=r"stream 'imu': timestamp at position 0 .* exceeds the int64 range"):
+        TimeSync({"cam": ints, "imu": (big, np.zeros(1))}, reference="cam", tolerance=1)
 
 
 class CountingIterator:

@@ -34,6 +34,7 @@ from torchloom.distributed import (
     in_worker,
     resolve_rank_world,
 )
+from torchloom.errors import ConfigError, DistributedSetupError
 from torchloom.state import Resumable, SharedInts, StateMismatchError, check_epoch, check_field
 
 Record = TypeVar("Record")
@@ -63,7 +64,7 @@ class ConsumerStream(IterableDataset[Record], Resumable):
 
     def __init__(self, items: int, *, rank: int | None, world_size: int | None) -> None:
         if (rank is None) != (world_size is None):
-            raise ValueError(
+            raise ConfigError(
                 f"pass both rank and world_size or neither, got {rank=}, {world_size=} "
                 "(neither: taken from torch.distributed when iteration starts)"
             )
@@ -125,7 +126,7 @@ class ConsumerStream(IterableDataset[Record], Resumable):
             return found
         world = os.environ.get("WORLD_SIZE", "1")
         if world.isdigit() and int(world) > 1:
-            raise RuntimeError(
+            raise DistributedSetupError(
                 f"{type(self).__name__} cannot tell its rank inside a DataLoader worker: WORLD_SIZE={world}, "
                 "but the main process never saw torch.distributed initialised (the dataset was built "
                 "before it, and set_epoch was not called since). Build the dataset after "

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from torchloom.errors import ConfigError
+
 # Frames looked at above a sampler's first step to find a wrapper that splits batches across ranks.
 _WRAPPER_SEARCH_DEPTH = 8
 
@@ -32,7 +34,7 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
         rank = found_rank if rank is None else rank
         world_size = found_world if world_size is None else world_size
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(
+        raise ConfigError(
             f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}; pass both or neither "
             "(neither: taken from torch.distributed when iteration starts)"
         )
@@ -54,7 +56,7 @@ def environment_rank_world() -> tuple[int, int] | None:
         return int(rank), int(world)
     except ValueError:
         message = f"environment variables RANK={rank!r}, WORLD_SIZE={world!r} are not integers"
-        raise ValueError(message) from None
+        raise ConfigError(message) from None
 
 
 def in_worker() -> bool:

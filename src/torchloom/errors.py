@@ -128,6 +128,29 @@ class ConfigError(TorchloomError, ValueError):
     """An argument or setting is invalid; says what was given and what would work."""
 
 
+class UsageError(TorchloomError, TypeError):
+    """torchloom was called in a way it does not support (a wrong key type, a length asked of a stream)."""
+
+
+class SampleIndexError(TorchloomError, IndexError):
+    """An index outside a dataset, window index or column; says the valid range."""
+
+
+class FieldNotFoundError(TorchloomError, KeyError):
+    """A field, column or key that does not exist was asked for; lists those that do."""
+
+    def __str__(self) -> str:  # KeyError would show the message as a quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingFileError(DataError, FileNotFoundError):
+    """A file that must exist (a manifest, a dataset root) does not."""
+
+
+class DistributedSetupError(TorchloomError, RuntimeError):
+    """The process cannot tell its rank or world size; says what to pass or where to build."""
+
+
 class TransformError(TorchloomError, TypeError):
     """A transform (the code, not the data) misbehaved: wrong call signature or output type.
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeVar
 
-from torchloom.errors import DataError, DecodeError, SampleError, TorchloomError
+from torchloom.errors import ConfigError, DataError, DecodeError, SampleError, TorchloomError
 
 T = TypeVar("T")
 
@@ -112,11 +112,11 @@ class FaultPolicy:
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR_CHOICES:
-            raise ValueError(f"Invalid on_error={self.on_error!r}; must be one of {ON_ERROR_CHOICES}")
+            raise ConfigError(f"Invalid on_error={self.on_error!r}; must be one of {ON_ERROR_CHOICES}")
         if self.after_retries not in ("raise", "skip"):
-            raise ValueError(f"Invalid after_retries={self.after_retries!r}; use 'raise' or 'skip'")
+            raise ConfigError(f"Invalid after_retries={self.after_retries!r}; use 'raise' or 'skip'")
         if self.retries < 0 or self.backoff < 0:
-            raise ValueError(f"retries and backoff must be >= 0, got {self.retries=}, {self.backoff=}")
+            raise ConfigError(f"retries and backoff must be >= 0, got {self.retries=}, {self.backoff=}")
 
     @classmethod
     def parse(cls, value: str | FaultPolicy) -> FaultPolicy:
@@ -124,7 +124,7 @@ class FaultPolicy:
         if isinstance(value, FaultPolicy):
             return value
         if value not in ON_ERROR_CHOICES:
-            raise ValueError(f"Invalid on_error={value!r}; must be one of {ON_ERROR_CHOICES}")
+            raise ConfigError(f"Invalid on_error={value!r}; must be one of {ON_ERROR_CHOICES}")
         return cls(on_error=value)  # type: ignore[arg-type]
 
     def run(self, index: int, path: str | None, load: Callable[[], T], dataset: str = "") -> T | Skipped:

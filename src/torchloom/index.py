@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from torchloom.errors import DecodeError, ValidationFailedError
+from torchloom.errors import ConfigError, DecodeError, SampleIndexError, ValidationFailedError
 from torchloom.io.image import DEFAULT_MAX_PIXELS, file_kind, probe_image, read_bytes, read_image
 
 Validate = Literal["none", "exists", "header", "full"]
@@ -51,7 +51,7 @@ class StringColumn:
 
     def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
         if offsets.ndim != 1 or len(offsets) < 1:
-            raise ValueError("StringColumn offsets must be a 1-D array of length n + 1")
+            raise ConfigError("StringColumn offsets must be a 1-D array of length n + 1")
         self.data = data
         self.offsets = offsets
 
@@ -67,7 +67,7 @@ class StringColumn:
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks() if array.num_chunks else pa.array([], pa.large_binary())
         if array.null_count:
-            raise ValueError(f"StringColumn cannot hold nulls ({array.null_count} found)")
+            raise ConfigError(f"StringColumn cannot hold nulls ({array.null_count} found)")
         array = array.cast(pa.large_binary())
         _, offsets_buffer, data_buffer = array.buffers()
         offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + len(array) + 1]
@@ -86,7 +86,7 @@ class StringColumn:
         if index < 0:
             index += size
         if not 0 <= index < size:
-            raise IndexError(f"StringColumn index {index} out of range for {size} strings")
+            raise SampleIndexError(f"StringColumn index {index} out of range for {size} strings")
         start, end = self.offsets[index], self.offsets[index + 1]
         return self.data[start:end].tobytes().decode("utf-8", "surrogateescape")
 

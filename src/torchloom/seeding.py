@@ -21,6 +21,8 @@ import functools
 import numpy as np
 import torch
 
+from torchloom.errors import ConfigError
+
 # Upper bound of the draw from torch's generator used when a plain int index arrives.
 _TORCH_DRAW_BOUND = (1 << 62) - 1
 
@@ -43,7 +45,7 @@ class SampleKey(int):
 
     def __new__(cls, index: int, epoch: int = 0) -> SampleKey:
         if epoch < 0:
-            raise ValueError(f"SampleKey epoch must be >= 0, got epoch={epoch}")
+            raise ConfigError(f"SampleKey epoch must be >= 0, got epoch={epoch}")
         return int.__new__(key_class(int(epoch)), index)
 
     def __reduce__(self) -> tuple[type[SampleKey], tuple[int, int]]:
@@ -67,7 +69,7 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
         True
     """
     if seed < 0 or epoch < 0 or index < 0:
-        raise ValueError(
+        raise ConfigError(
             f"sample_rng needs non-negative seed, epoch and index, got {seed=}, {epoch=}, {index=}"
         )
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, index])))

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from torchloom.errors import TorchloomError
+from torchloom.errors import ConfigError, TorchloomError
 
 KEY_VERSION = "version"
 KEY_KIND = "kind"
@@ -163,5 +163,5 @@ class SharedInts:
 def check_epoch(epoch: int) -> int:
     """``epoch`` as an int, refusing negatives with a message naming the value."""
     if int(epoch) != epoch or epoch < 0:
-        raise ValueError(f"epoch must be an integer >= 0, got {epoch=}")
+        raise ConfigError(f"epoch must be an integer >= 0, got {epoch=}")
     return int(epoch)

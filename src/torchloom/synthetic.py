@@ -22,6 +22,8 @@ import numpy as np
 import simplejpeg
 from tqdm.auto import tqdm
 
+from torchloom.errors import ConfigError
+
 SHAPES = ("circle", "box", "line", "triangle", "ring")
 JPEG_QUALITY = 90
 
@@ -89,7 +91,7 @@ def write_class_folders(
     """
     names = list(class_names) if class_names is not None else [f"class_{i}" for i in range(len(counts))]
     if len(names) != len(counts):
-        raise ValueError(f"{len(counts)} counts but {len(names)} class names")
+        raise ConfigError(f"{len(counts)} counts but {len(names)} class names")
     jobs = [(label, i) for label, count in enumerate(counts) for i in range(count)]
     height, width = size
 

@@ -28,6 +28,7 @@ from torch.nn import functional
 
 from torchloom.buffers import empty_batch
 from torchloom.collate.auto import CollateError, collate_values, split_skipped
+from torchloom.errors import ConfigError, UsageError
 from torchloom.faults import SKIPPED_KEY
 from torchloom.seeding import rng_for_key
 
@@ -54,7 +55,7 @@ class Collate:
         self.spec = dict(spec or {})
         for field, rule in self.spec.items():
             if not callable(rule):
-                raise TypeError(f"Collate rule for {field!r} must be callable, got {type(rule).__name__}")
+                raise UsageError(f"Collate rule for {field!r} must be callable, got {type(rule).__name__}")
 
     def __call__(self, batch: Sequence[Any]) -> dict[str, Any]:
         samples, skipped = split_skipped(batch)
@@ -127,7 +128,7 @@ class PadImages:
 
     def __post_init__(self) -> None:
         if self.multiple_of < 1:
-            raise ValueError(f"multiple_of must be >= 1, got {self.multiple_of}")
+            raise ConfigError(f"multiple_of must be >= 1, got {self.multiple_of}")
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]:
         images = [_image_tensor(value, field, position) for position, value in enumerate(values)]
@@ -164,9 +165,9 @@ class PadSequences:
 
     def __post_init__(self) -> None:
         if self.truncate not in ("right", "left"):
-            raise ValueError(f"Invalid truncate={self.truncate!r}; use 'right' or 'left'")
+            raise ConfigError(f"Invalid truncate={self.truncate!r}; use 'right' or 'left'")
         if self.max_length is not None and self.max_length < 0:
-            raise ValueError(f"max_length must be >= 0, got {self.max_length}")
+            raise ConfigError(f"max_length must be >= 0, got {self.max_length}")
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]:
         sequences = _sequence_tensors(values, field)
@@ -209,9 +210,9 @@ class CropOrPadVolumes:
 
     def __post_init__(self) -> None:
         if not self.size or any(int(s) <= 0 for s in self.size):
-            raise ValueError(f"size must be positive lengths, got {self.size!r}")
+            raise ConfigError(f"size must be positive lengths, got {self.size!r}")
         if self.mode not in ("constant", "reflect"):
-            raise ValueError(f"Invalid mode={self.mode!r}; use 'constant' or 'reflect'")
+            raise ConfigError(f"Invalid mode={self.mode!r}; use 'constant' or 'reflect'")
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]:
         axes = len(self.size)

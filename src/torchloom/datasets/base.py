@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from torchloom.buffers import BatchSlots
-from torchloom.errors import SampleError
+from torchloom.errors import ConfigError, SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_bytes
@@ -49,7 +49,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         exif_orientation: bool = True,
     ) -> None:
         if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed=}")
+            raise ConfigError(f"seed must be >= 0, got {seed=}")
         check_transform(transform)
         self.index = index
         self.transform = transform
@@ -103,13 +103,15 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
 
     def _checked_index(self, key: int) -> int:
         if not isinstance(key, (int, np.integer)):
-            raise TypeError(f"{type(self).__name__} keys are int or SampleKey, got {type(key).__name__}")
+            raise UsageError(f"{type(self).__name__} keys are int or SampleKey, got {type(key).__name__}")
         index = int(key)
         size = len(self)
         if index < 0:
             index += size
         if not 0 <= index < size:
-            raise IndexError(f"index {int(key)} out of range for {type(self).__name__} of {size} samples")
+            raise SampleIndexError(
+                f"index {int(key)} out of range for {type(self).__name__} of {size} samples"
+            )
         return index
 
     def load_image(self, path: str, rng: np.random.Generator, slot: Slot | None = None) -> torch.Tensor:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from torchloom.errors import ManifestError, PathOutsideRootError
+from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
 from torchloom.index import StringColumn
 from torchloom.io.table import as_id_array
 
@@ -183,7 +183,6 @@ class Label:
             labels = positions.fill_null(-1).to_numpy().astype(np.int64)
         return CompiledField(self.key, labels, invalid, classes)
 
-
     def _integer_classes(self, labels: np.ndarray) -> list[int]:
         """Integer labels are class numbers: the classes are 0..max (so len(classes) is the number
         of outputs a model needs even when some label never occurs). A far outlier is refused
@@ -233,7 +232,7 @@ class Numeric:
         valid_word = isinstance(self.nan, str) and self.nan in NAN_POLICIES
         valid_number = isinstance(self.nan, (int, float)) and not isinstance(self.nan, bool)
         if not (valid_word or valid_number):
-            raise ValueError(f"Invalid nan={self.nan!r}; use one of {NAN_POLICIES} or a number")
+            raise ConfigError(f"Invalid nan={self.nan!r}; use one of {NAN_POLICIES} or a number")
 
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         names = [self.columns] if isinstance(self.columns, str) else list(self.columns)
@@ -280,7 +279,9 @@ class Numeric:
             elif isinstance(self.nan, (int, float)) and not isinstance(self.nan, bool):
                 matrix[missing] = float(self.nan)
             elif self.nan != "keep":
-                raise ValueError(f"Invalid nan={self.nan!r}; use 'raise', 'drop', 'mean', 'keep' or a number")
+                raise ConfigError(
+                    f"Invalid nan={self.nan!r}; use 'raise', 'drop', 'mean', 'keep' or a number"
+                )
         return CompiledField(self.key, matrix, invalid)
 
 
@@ -294,7 +295,7 @@ class Text:
 
     def __post_init__(self) -> None:
         if self.missing not in ("raise", "drop", "empty"):
-            raise ValueError(f"Invalid missing={self.missing!r}; use 'raise', 'drop' or 'empty'")
+            raise ConfigError(f"Invalid missing={self.missing!r}; use 'raise', 'drop' or 'empty'")
 
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         raw = require_column(table, self.column, f"Text({self.column!r})")

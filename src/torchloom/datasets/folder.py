@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.errors import EmptyDatasetError, ValidationFailedError
+from torchloom.errors import ConfigError, EmptyDatasetError, MissingFileError, ValidationFailedError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
     VALIDATE_CHOICES,
@@ -82,10 +82,10 @@ class FolderDataset(IndexedDataset):
         progress: bool = True,
     ) -> None:
         if validate not in VALIDATE_CHOICES:
-            raise ValueError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
+            raise ConfigError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
-            raise FileNotFoundError(f"FolderDataset root {self.root!r} is not a folder")
+            raise MissingFileError(f"FolderDataset root {self.root!r} is not a folder")
         self.report = DatasetReport()
         self.classes = sorted(
             entry.name for entry in os.scandir(self.root) if entry.is_dir() and not entry.name.startswith(".")

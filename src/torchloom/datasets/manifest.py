@@ -12,7 +12,7 @@ import torch
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Key, Label, Text
-from torchloom.errors import EmptyDatasetError, ManifestError
+from torchloom.errors import ConfigError, EmptyDatasetError, FieldNotFoundError, ManifestError
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
     VALIDATE_CHOICES,
@@ -87,7 +87,7 @@ class ManifestDataset(IndexedDataset):
         progress: bool = True,
     ) -> None:
         if validate not in VALIDATE_CHOICES:
-            raise ValueError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
+            raise ConfigError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
         table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields))
@@ -160,7 +160,9 @@ class ManifestDataset(IndexedDataset):
             if field.key == key:
                 values: np.ndarray | StringColumn = field.values
                 return values
-        raise KeyError(f"{self!r} has no field with key {key!r}; keys: {[f.key for f in self.fields]}")
+        raise FieldNotFoundError(
+            f"{self!r} has no field with key {key!r}; keys: {[f.key for f in self.fields]}"
+        )
 
     @property
     def targets(self) -> np.ndarray:

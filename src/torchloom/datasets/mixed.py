@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from torchloom.errors import ConfigError, SampleIndexError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
 
@@ -27,7 +28,7 @@ class MixedDataset(Dataset[Any]):
 
     def __init__(self, datasets: Sequence[Dataset[Any]]) -> None:
         if not datasets:
-            raise ValueError("MixedDataset needs at least one dataset")
+            raise ConfigError("MixedDataset needs at least one dataset")
         self.datasets = list(datasets)
         self.sizes = [len(dataset) for dataset in self.datasets]  # type: ignore[arg-type]
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
@@ -38,7 +39,7 @@ class MixedDataset(Dataset[Any]):
     def locate(self, index: int) -> tuple[int, int]:
         """(source, index within the source) of a global index."""
         if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for MixedDataset of {len(self)} samples")
+            raise SampleIndexError(f"index {index} out of range for MixedDataset of {len(self)} samples")
         source = int(np.searchsorted(self.offsets, index, side="right")) - 1
         return source, index - int(self.offsets[source])
 

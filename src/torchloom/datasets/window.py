@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from torchloom.collate import collate
+from torchloom.errors import ConfigError, SampleIndexError, UsageError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
 
@@ -32,11 +33,11 @@ class WindowIndex:
     def __init__(self, sequence_lengths: Sequence[int] | np.ndarray, window: int, stride: int = 1) -> None:
         lengths = np.asarray(sequence_lengths, dtype=np.int64)
         if lengths.ndim != 1 or len(lengths) == 0 or lengths.min() < 0:
-            raise ValueError("sequence_lengths must be a non-empty list of lengths >= 0")
+            raise ConfigError("sequence_lengths must be a non-empty list of lengths >= 0")
         if window < 1 or stride < 1:
-            raise ValueError(f"window and stride must be >= 1, got {window=}, {stride=}")
+            raise ConfigError(f"window and stride must be >= 1, got {window=}, {stride=}")
         if window > lengths.max():
-            raise ValueError(
+            raise ConfigError(
                 f"window={window} is longer than the longest sequence ({int(lengths.max())}); "
                 "use a smaller window"
             )
@@ -53,7 +54,7 @@ class WindowIndex:
 
     def locate(self, window_index: int) -> tuple[int, int]:
         if not 0 <= window_index < len(self):
-            raise IndexError(f"window {window_index} out of range for {len(self)} windows")
+            raise SampleIndexError(f"window {window_index} out of range for {len(self)} windows")
         sequence = int(np.searchsorted(self.window_offsets, window_index, side="right")) - 1
         return sequence, int(window_index - self.window_offsets[sequence]) * self.stride
 
@@ -85,7 +86,7 @@ class WindowDataset(Dataset["dict[str, Any] | Skipped"]):
         total = int(self.windows.step_offsets[-1])
         self.steps = torch.as_tensor(steps) if isinstance(steps, np.ndarray) else steps
         if len(self.steps) != total:  # type: ignore[arg-type]
-            raise ValueError(f"steps has {len(self.steps)} entries but sequence_lengths sum to {total}")  # type: ignore[arg-type]
+            raise ConfigError(f"steps has {len(self.steps)} entries but sequence_lengths sum to {total}")  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self.windows)
@@ -106,7 +107,7 @@ class WindowDataset(Dataset["dict[str, Any] | Skipped"]):
                 return Skipped(int(key), broken.path, broken.error, reason, broken.attempts, "WindowDataset")
             if not all(isinstance(part, dict) for part in parts):
                 kinds = sorted({type(part).__name__ for part in parts})
-                raise TypeError(f"WindowDataset needs dict steps from a dataset, or an array; got {kinds}")
+                raise UsageError(f"WindowDataset needs dict steps from a dataset, or an array; got {kinds}")
             sample = dict(collate(parts))
         sample.update({"sequence": sequence, "start": start, "index": key})
         return sample

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import torch
 from torch.utils.data import Dataset
 
-from torchloom.errors import TorchloomError
+from torchloom.errors import ConfigError, SampleIndexError, TorchloomError, UsageError
 from torchloom.faults import Skipped
 from torchloom.fusion.table import TableDataset
 from torchloom.index import StringColumn
@@ -101,11 +101,11 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         missing: Literal["drop", "mask"] = "drop",
     ) -> None:
         if how not in HOW_CHOICES:
-            raise ValueError(f"Invalid how={how!r}; must be one of {HOW_CHOICES}")
+            raise ConfigError(f"Invalid how={how!r}; must be one of {HOW_CHOICES}")
         if missing not in MISSING_CHOICES:
-            raise ValueError(f"Invalid missing={missing!r}; must be one of {MISSING_CHOICES}")
+            raise ConfigError(f"Invalid missing={missing!r}; must be one of {MISSING_CHOICES}")
         if len(sources) < 2:
-            raise ValueError(f"JoinedDataset needs at least two sources, got {list(sources)}")
+            raise ConfigError(f"JoinedDataset needs at least two sources, got {list(sources)}")
         self.on, self.how, self.missing = on, how, missing
         self.sources: dict[str, Dataset[Any]] = {
             name: _as_dataset(source, on) for name, source in sources.items()
@@ -199,7 +199,7 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
-            raise IndexError(f"index {int(key)} out of range for JoinedDataset of {len(self)} samples")
+            raise SampleIndexError(f"index {int(key)} out of range for JoinedDataset of {len(self)} samples")
         epoch = key.epoch if isinstance(key, SampleKey) else None
         sample: dict[str, Any] = {self.on: self.keys[index].as_py()}
         sample["index"] = SampleKey(index, epoch) if epoch is not None else index
@@ -227,7 +227,7 @@ def _as_dataset(source: Source, on: str) -> Dataset[Any]:
         return TableDataset(source, id_column=on)
     if isinstance(source, Dataset):
         return source
-    raise TypeError(
+    raise UsageError(
         f"a join source must be a dataset, a pyarrow table or a table file, got {type(source).__name__}"
     )
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from torch.utils.data import Dataset
 
+from torchloom.errors import FieldNotFoundError, SampleIndexError
 from torchloom.index import StringColumn
 from torchloom.io.table import as_id_array, read_table
 
@@ -82,7 +83,9 @@ class TableDataset(Dataset[dict[str, Any]]):
         names = columns if columns is not None else loaded.column_names
         missing = [name for name in names if name not in loaded.column_names]
         if missing:
-            raise KeyError(f"table {self.source!r} lacks columns {missing}; it has {loaded.column_names}")
+            raise FieldNotFoundError(
+                f"table {self.source!r} lacks columns {missing}; it has {loaded.column_names}"
+            )
         self.columns = {name: TableColumn(loaded.column(name)) for name in names}
         self._length = loaded.num_rows
 
@@ -94,19 +97,23 @@ class TableDataset(Dataset[dict[str, Any]]):
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
-            raise IndexError(f"row {int(row)} out of range for a table of {self._length} rows")
+            raise SampleIndexError(f"row {int(row)} out of range for a table of {self._length} rows")
         return {name: column[index] for name, column in self.columns.items()}
 
     def join_keys(self, name: str) -> pa.Array:
         """Column ``name`` as Arrow with its nulls, as ids (see :func:`torchloom.io.table.as_id_array`)."""
         if name not in self.columns:
-            raise KeyError(f"table {self.source!r} has no column {name!r}; it has {list(self.columns)}")
+            raise FieldNotFoundError(
+                f"table {self.source!r} has no column {name!r}; it has {list(self.columns)}"
+            )
         return as_id_array(self.columns[name].arrow)
 
     def column(self, name: str) -> np.ndarray | StringColumn | pa.Array:
         """The stored values of column ``name`` (used for join keys)."""
         if name not in self.columns:
-            raise KeyError(f"table {self.source!r} has no column {name!r}; it has {list(self.columns)}")
+            raise FieldNotFoundError(
+                f"table {self.source!r} has no column {name!r}; it has {list(self.columns)}"
+            )
         return self.columns[name].values
 
     def __repr__(self) -> str:

@@ -22,7 +22,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
-from torchloom.errors import ManifestError, UnsafeFileError
+from torchloom.errors import ManifestError, MissingFileError, UnsafeFileError
 from torchloom.io.image import file_kind
 
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
@@ -145,7 +145,7 @@ def require_regular_file(path: str, what: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise FileNotFoundError(f"{what} {path!r} does not exist") from None
+        raise MissingFileError(f"{what} {path!r} does not exist") from None
     if not stat.S_ISREG(mode):
         raise UnsafeFileError(path, f"the {what} is {file_kind(mode)}, not a regular file")
 

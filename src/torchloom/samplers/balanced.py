@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from torchloom.errors import ConfigError
 from torchloom.samplers.base import KeySampler, epoch_rng
 from torchloom.state import fingerprint
 
@@ -33,11 +34,11 @@ def class_probabilities(counts: np.ndarray, mode: Mode, beta: float = 0.999) -> 
         weights = np.sqrt(counts.astype(np.float64))
     elif mode == "effective":
         if not 0 < beta < 1:
-            raise ValueError(f"effective mode needs 0 < beta < 1, got {beta=}")
+            raise ConfigError(f"effective mode needs 0 < beta < 1, got {beta=}")
         with np.errstate(divide="ignore"):
             weights = np.where(present, (1 - beta) / (1 - np.power(beta, counts.astype(np.float64))), 0.0)
     else:
-        raise ValueError(f"Invalid mode={mode!r}; must be one of {MODES}")
+        raise ConfigError(f"Invalid mode={mode!r}; must be one of {MODES}")
     return weights / weights.sum()
 
 
@@ -80,12 +81,12 @@ class BalancedSampler(KeySampler):
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         self.labels = np.asarray(labels, dtype=np.int64)
         if self.labels.ndim != 1 or len(self.labels) == 0:
-            raise ValueError("BalancedSampler needs a non-empty 1-D array of labels")
+            raise ConfigError("BalancedSampler needs a non-empty 1-D array of labels")
         if self.labels.min() < 0:
-            raise ValueError(f"labels must be >= 0, found {int(self.labels.min())}")
+            raise ConfigError(f"labels must be >= 0, found {int(self.labels.min())}")
         classes = int(self.labels.max()) + 1 if num_classes is None else num_classes
         if classes <= int(self.labels.max()):
-            raise ValueError(f"num_classes={num_classes} but labels go up to {int(self.labels.max())}")
+            raise ConfigError(f"num_classes={num_classes} but labels go up to {int(self.labels.max())}")
         self.counts = np.bincount(self.labels, minlength=classes)
         empty = np.flatnonzero(self.counts == 0)
         if len(empty):
@@ -95,7 +96,7 @@ class BalancedSampler(KeySampler):
         self.probabilities = class_probabilities(self.counts, mode, beta)
         self.num_samples = len(self.labels) if num_samples is None else int(num_samples)
         if self.num_samples <= 0:
-            raise ValueError(f"num_samples must be positive, got {num_samples}")
+            raise ConfigError(f"num_samples must be positive, got {num_samples}")
         self.mode, self.beta = mode, beta
         self._by_class = np.argsort(self.labels, kind="stable")
         self._class_start = np.concatenate([[0], np.cumsum(self.counts)[:-1]])

@@ -35,6 +35,7 @@ import numpy as np
 from torch.utils.data import DistributedSampler
 
 from torchloom.distributed import outer_batch_splitter, resolve_rank_world
+from torchloom.errors import ConfigError
 from torchloom.seeding import SampleKey, key_class
 from torchloom.state import Resumable, StateMismatchError, check_epoch, check_field
 
@@ -85,11 +86,11 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         unit: int = 1,
     ) -> None:
         if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed=}")
+            raise ConfigError(f"seed must be >= 0, got {seed=}")
         if unit < 1:
-            raise ValueError(f"unit must be >= 1, got {unit=}")
+            raise ConfigError(f"unit must be >= 1, got {unit=}")
         if (rank is None) != (world_size is None):
-            raise ValueError(
+            raise ConfigError(
                 f"pass both rank and world_size or neither, got {rank=}, {world_size=} "
                 "(neither: taken from torch.distributed when iteration starts)"
             )

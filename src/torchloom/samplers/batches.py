@@ -8,6 +8,7 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
+from torchloom.errors import ConfigError, UsageError
 from torchloom.samplers.base import STATE_YIELDED, KeySampler
 from torchloom.seeding import SampleKey
 
@@ -28,16 +29,16 @@ class BatchKeySampler(Sampler[list[SampleKey]]):
 
     def __init__(self, sampler: KeySampler, batch_size: int, *, drop_last: bool = False) -> None:
         if not isinstance(sampler, KeySampler):
-            raise TypeError(
+            raise UsageError(
                 f"BatchKeySampler needs a torchloom sampler (BalancedSampler, MixtureSampler, ...), got "
                 f"{type(sampler).__name__}. Under PyTorch Lightning this means the Trainer tried to put its "
                 "own distributed sampler inside: torchloom samplers split ranks themselves, so build the "
                 "Trainer with use_distributed_sampler=False"
             )
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if sampler.unit > 1 and batch_size % sampler.unit:
-            raise ValueError(
+            raise ConfigError(
                 f"batch_size={batch_size} must be a multiple of the sampler's unit {sampler.unit}"
             )
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
@@ -64,7 +65,7 @@ class BatchKeySampler(Sampler[list[SampleKey]]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state[STATE_YIELDED] % self.batch_size and state[STATE_YIELDED] < len(self.sampler):
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint at {state[STATE_YIELDED]} keys is not on a batch boundary of {self.batch_size}"
             )
         self.sampler.load_state_dict(state)

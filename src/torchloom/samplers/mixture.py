@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from torchloom.errors import ConfigError
 from torchloom.samplers.base import KeySampler, epoch_rng
 from torchloom.state import fingerprint
 
@@ -67,15 +68,17 @@ class MixtureSampler(KeySampler):
         drop_last: bool = False,
     ) -> None:
         if len(sizes) != len(weights) or not sizes:
-            raise ValueError(f"need one weight per source, got {len(sizes)} sizes and {len(weights)} weights")
+            raise ConfigError(
+                f"need one weight per source, got {len(sizes)} sizes and {len(weights)} weights"
+            )
         if any(size <= 0 for size in sizes):
-            raise ValueError(f"every source needs samples, got sizes {list(sizes)}")
+            raise ConfigError(f"every source needs samples, got sizes {list(sizes)}")
         if any(w < 0 or not math.isfinite(w) for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"weights must be finite, >= 0 and not all 0, got {list(weights)}")
+            raise ConfigError(f"weights must be finite, >= 0 and not all 0, got {list(weights)}")
         if not math.isfinite(sum(weights)):
-            raise ValueError(f"weights {list(weights)} overflow when summed; rescale them (ratios matter)")
+            raise ConfigError(f"weights {list(weights)} overflow when summed; rescale them (ratios matter)")
         if not (stop in ("first_exhausted", "all_exhausted") or (isinstance(stop, int) and stop > 0)):
-            raise ValueError(
+            raise ConfigError(
                 f"Invalid stop={stop!r}; use 'first_exhausted', 'all_exhausted' or a positive int"
             )
         super().__init__(
@@ -90,7 +93,7 @@ class MixtureSampler(KeySampler):
         if self.composition is not None and stop == "first_exhausted":
             short = [s for s, need in enumerate(self.composition) if self.sizes[s] < need]
             if short:
-                raise ValueError(
+                raise ConfigError(
                     f"source(s) {short} hold fewer samples than their share of one batch "
                     f"({self.composition.tolist()}), so no full batch exists; use stop='all_exhausted' "
                     "or a smaller batch_size"

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from torchloom.errors import ConfigError
 from torchloom.samplers.base import KeySampler, epoch_rng
 from torchloom.state import fingerprint
 
@@ -39,23 +40,23 @@ class WeightedSampler(KeySampler):
         super().__init__(seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
         self.weights = np.asarray(weights, dtype=np.float64)
         if self.weights.ndim != 1 or len(self.weights) == 0:
-            raise ValueError("WeightedSampler needs a non-empty 1-D sequence of weights")
+            raise ConfigError("WeightedSampler needs a non-empty 1-D sequence of weights")
         if not np.all(np.isfinite(self.weights)) or self.weights.min() < 0:
-            raise ValueError("weights must be finite and >= 0")
+            raise ConfigError("weights must be finite and >= 0")
         with np.errstate(over="ignore"):
             total = self.weights.sum()
         if not np.isfinite(total):
-            raise ValueError(
+            raise ConfigError(
                 f"weights sum to {total} (they overflow float64; the largest is {self.weights.max():.3g}); "
                 "rescale them, e.g. weights / weights.max()"
             )
         if total <= 0:
-            raise ValueError("weights sum to 0: nothing can be drawn")
+            raise ConfigError("weights sum to 0: nothing can be drawn")
         if num_samples <= 0:
-            raise ValueError(f"num_samples must be positive, got {num_samples}")
+            raise ConfigError(f"num_samples must be positive, got {num_samples}")
         nonzero = int(np.count_nonzero(self.weights))
         if not replacement and num_samples > nonzero:
-            raise ValueError(
+            raise ConfigError(
                 f"num_samples={num_samples} without replacement, but only {nonzero} weights are non-zero"
             )
         self.num_samples = int(num_samples)

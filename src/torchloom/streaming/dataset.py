@@ -10,6 +10,7 @@ import numpy as np
 
 from torchloom.consumers import ConsumerStream
 from torchloom.distributed import Consumer, assignment
+from torchloom.errors import ConfigError
 from torchloom.state import fingerprint
 from torchloom.streaming.readers import Reader, reader_for
 
@@ -56,10 +57,10 @@ class StreamDataset(ConsumerStream[Any]):
         world_size: int | None = None,
     ) -> None:
         if shuffle_buffer < 0:
-            raise ValueError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
+            raise ConfigError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
         self.shards = [os.fspath(shard) for shard in shards]
         if not self.shards:
-            raise ValueError("StreamDataset needs at least one shard")
+            raise ConfigError("StreamDataset needs at least one shard")
         super().__init__(len(self.shards), rank=rank, world_size=world_size)
         self.reader = reader
         if reader is None:

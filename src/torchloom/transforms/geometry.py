@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from torchloom.errors import TransformError
+from torchloom.errors import ConfigError, TransformError
 from torchloom.io.image import JPEG_SCALE_DENOMINATORS
 from torchloom.transforms.base import DecodePlan
 
@@ -50,7 +50,7 @@ def as_size(size: int | tuple[int, int]) -> tuple[int, int]:
     """``int`` or ``(height, width)`` as ``(height, width)``, validated positive."""
     height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
     if height <= 0 or width <= 0:
-        raise ValueError(f"size must be positive, got {size!r}")
+        raise ConfigError(f"size must be positive, got {size!r}")
     return height, width
 
 
@@ -120,9 +120,9 @@ class RandomResizedCrop:
     ) -> None:
         self.size = as_size(size)
         if not 0 < scale[0] <= scale[1] <= 1:
-            raise ValueError(f"scale must satisfy 0 < min <= max <= 1, got {scale=}")
+            raise ConfigError(f"scale must satisfy 0 < min <= max <= 1, got {scale=}")
         if not 0 < ratio[0] <= ratio[1]:
-            raise ValueError(f"ratio must satisfy 0 < min <= max, got {ratio=}")
+            raise ConfigError(f"ratio must satisfy 0 < min <= max, got {ratio=}")
         self.scale = scale
         self.ratio = ratio
 
@@ -228,7 +228,7 @@ class HorizontalFlip:
 
     def __init__(self, p: float = 0.5) -> None:
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"HorizontalFlip p must be within [0, 1], got {p=}")
+            raise ConfigError(f"HorizontalFlip p must be within [0, 1], got {p=}")
         self.p = p
 
     def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:

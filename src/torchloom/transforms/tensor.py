@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchloom.errors import TransformError
+from torchloom.errors import ConfigError, TransformError
 
 UINT8_MAX = 255.0
 
@@ -90,16 +90,16 @@ class Normalize:
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         if len(mean) != len(std):
-            raise ValueError(f"mean and std need one value per channel, got {mean=} {std=}")
+            raise ConfigError(f"mean and std need one value per channel, got {mean=} {std=}")
         if any(value <= 0 for value in std):
-            raise ValueError(f"std must be positive, got {std=}")
+            raise ConfigError(f"std must be positive, got {std=}")
         self.mean = torch.tensor(mean, dtype=torch.float32)
         self.std = torch.tensor(std, dtype=torch.float32)
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         channels = batch.shape[-3]
         if channels != len(self.mean):
-            raise ValueError(f"Normalize has {len(self.mean)} channel(s) of mean/std, batch has {channels}")
+            raise ConfigError(f"Normalize has {len(self.mean)} channel(s) of mean/std, batch has {channels}")
         shape = (channels, 1, 1)
         mean = self.mean.to(batch.device).view(shape)
         std = self.std.to(batch.device).view(shape)
