@@ -43,11 +43,19 @@ class Subject:
 
 @dataclass
 class Setup:
+    """How batches are read: DataLoader workers (``num_workers``, ``persistent``) or, with
+    ``threads``, torchloom's thread :class:`~torchloom.Loader` with that many threads."""
+
     num_workers: int
     persistent: bool
+    threads: int = 0
 
     def loader(self, subject: Subject, obj: Any, stateful: bool = True) -> Any:
         dataset, sampler = subject.parts(obj)
+        if self.threads:
+            from torchloom import Loader
+
+            return Loader(dataset, sampler=sampler, batch_size=BATCH_SIZE, num_threads=self.threads)
         kind = StatefulDataLoader if stateful else DataLoader
         return kind(
             dataset,

@@ -49,9 +49,11 @@ from torchloom.fusion import (
 )
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import read_image, read_table
+from torchloom.loader import Loader
 from torchloom.samplers import (
     BalancedSampler,
     BatchKeySampler,
+    IndexSampler,
     MixtureSampler,
     WeightedSampler,
     WindowSampler,
@@ -90,12 +92,14 @@ __all__ = [
     "FolderDataset",
     "HorizontalFlip",
     "Image",
+    "IndexSampler",
     "JoinError",
     "JoinReport",
     "JoinedDataset",
     "Key",
     "Label",
     "Lambda",
+    "Loader",
     "ManifestDataset",
     "ManifestError",
     "MixedDataset",

@@ -3,6 +3,7 @@
 from torchloom.samplers.balanced import BalancedSampler, class_probabilities
 from torchloom.samplers.base import KeySampler
 from torchloom.samplers.batches import BatchKeySampler
+from torchloom.samplers.index import IndexSampler
 from torchloom.samplers.mixture import MixtureSampler, batch_composition
 from torchloom.samplers.weighted import WeightedSampler
 from torchloom.samplers.window import WindowSampler
@@ -10,6 +11,7 @@ from torchloom.samplers.window import WindowSampler
 __all__ = [
     "BalancedSampler",
     "BatchKeySampler",
+    "IndexSampler",
     "KeySampler",
     "MixtureSampler",
     "WeightedSampler",

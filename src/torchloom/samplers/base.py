@@ -123,8 +123,18 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         return {}
 
     def config(self) -> dict[str, Any]:
-        """The settings a checkpoint must match: the subclass's plus ``drop_last`` and ``unit``."""
-        return {**self._config(), "drop_last": self.drop_last, "unit": self.unit}
+        """The settings a checkpoint must match: the subclass's plus ``drop_last`` and ``unit``.
+
+        Computed once (fingerprints of large arrays are not free; loaders snapshot state per batch).
+        """
+        cached = self.__dict__.get("_config_cache")
+        if cached is None or cached[0] != (self.drop_last, self.unit):
+            cached = (
+                (self.drop_last, self.unit),
+                {**self._config(), "drop_last": self.drop_last, "unit": self.unit},
+            )
+            self.__dict__["_config_cache"] = cached
+        return dict(cached[1])
 
     @property
     def rank(self) -> int:
