@@ -49,7 +49,7 @@ from torchloom.fusion import (
 )
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import read_image, read_table
-from torchloom.loader import Loader
+from torchloom.loader import Loader, LoaderProfiler, ProfileReport
 from torchloom.samplers import (
     BalancedSampler,
     BatchKeySampler,
@@ -100,6 +100,7 @@ __all__ = [
     "Label",
     "Lambda",
     "Loader",
+    "LoaderProfiler",
     "ManifestDataset",
     "ManifestError",
     "MixedDataset",
@@ -109,6 +110,7 @@ __all__ = [
     "PadImages",
     "PadSequences",
     "PathOutsideRootError",
+    "ProfileReport",
     "RandomResizedCrop",
     "Resize",
     "SampleError",

@@ -1,5 +1,8 @@
-"""Loader tools: the thread :class:`Loader`."""
+"""Loader tools: the thread :class:`Loader` and the :class:`LoaderProfiler`."""
 
 from torchloom.loader.loader import Loader, default_threads
+from torchloom.loader.profiler import LoaderProfiler
+from torchloom.loader.report import ProfileReport
+from torchloom.loader.stages import StageClock
 
-__all__ = ["Loader", "default_threads"]
+__all__ = ["Loader", "LoaderProfiler", "ProfileReport", "StageClock", "default_threads"]
