@@ -27,6 +27,7 @@ test: lint
 	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)
+	$(PYTHON) -m pip install -q -e '.[bench]'
 	$(PYTHON) -m benchmarks.run --out BENCHMARKS.md
 
 clean:

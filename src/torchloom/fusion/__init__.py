@@ -1,9 +1,9 @@
-"""Multi-source fusion: per-sample joins of sources."""
+"""Multi-source fusion: per-sample joins of sources, and time alignment of streams (sync/)."""
 
 from torchloom.fusion.joined import JoinedDataset, JoinError, JoinReport
 from torchloom.fusion.recordings import SyncedRecordings
+from torchloom.fusion.sync import SyncReport, TimestampError, TimeSync
 from torchloom.fusion.table import TableDataset
-from torchloom.fusion.timesync import SyncReport, TimestampError, TimeSync
 
 __all__ = [
     "JoinError",

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from torchloom.consumers import ConsumerStream
-from torchloom.fusion.timesync import TimeSync
+from torchloom.fusion.sync import TimeSync
 
 Recording = Callable[[], Mapping[str, Any]]
 
