@@ -59,3 +59,32 @@ def test_stage_times_come_from_every_worker(class_folders: tuple[Path, Any], num
     assert loader.collate_fn is collate and dataset.stage_clock is None  # detached afterwards
     text = str(report)
     assert "loading time:" in text and "decode" in text
+
+
+def test_tune_stays_within_budget_and_returns_usable_settings(class_folders: tuple[Path, Any]) -> None:
+    from torchloom import tune
+
+    root, _ = class_folders
+    dataset = FolderDataset(root, on_error="skip", progress=False)
+    started = time.perf_counter()
+    result = tune(dataset, batch_size=8, budget_s=8, progress=False)
+    assert time.perf_counter() - started < 8 + 4  # the last start-up may run over a little
+    measured = [trial for trial in result.table if trial.status == "measured"]
+    assert len(measured) >= 3 and result.best in [trial.setting for trial in measured]
+    best = max(measured, key=lambda trial: trial.samples_per_s)
+    assert result.best == best.setting
+    if result.best.get("loader") != "threads":
+        options = {k: v for k, v in result.best.items() if k != "batch_size"}
+        loader = DataLoader(dataset, batch_size=8, collate_fn=collate, **options)
+        assert sum(len(b["label"]) + len(b.get("skipped", [])) for b in loader) == len(dataset)
+    assert {"setting", "samples/s", "start-up s", "status", "vs best"} <= set(result.rows()[0])
+
+
+def test_tune_refuses_settings_that_would_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchloom.loader.autotune as tuning
+
+    monkeypatch.setattr(tuning, "available_memory", lambda: 64 * 1024 * 1024)
+    result = tuning.tune(Sleepy(), batch_size=8, budget_s=3, max_workers=2, threads=False, progress=False)
+    refused = [trial for trial in result.table if trial.status.startswith("refused")]
+    assert refused and all(trial.setting["num_workers"] > 0 for trial in refused)
+    assert result.best["num_workers"] == 0

@@ -27,7 +27,7 @@ from torchloom import (
     WindowDataset,
     WindowSampler,
 )
-from torchloom.fusion import TableDataset
+from torchloom.datasets import TableDataset
 from torchloom.samplers import KeySampler, batch_composition
 
 LABELS = np.array([0] * 30 + [1] * 8 + [2] * 3)

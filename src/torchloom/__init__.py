@@ -24,6 +24,7 @@ from torchloom.datasets import (
     ManifestDataset,
     MixedDataset,
     Numeric,
+    TableDataset,
     Text,
     WindowDataset,
 )
@@ -43,13 +44,12 @@ from torchloom.fusion import (
     JoinReport,
     SyncedRecordings,
     SyncReport,
-    TableDataset,
     TimestampError,
     TimeSync,
 )
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import read_image, read_table
-from torchloom.loader import Loader, LoaderProfiler, ProfileReport
+from torchloom.loader import Loader, LoaderProfiler, ProfileReport, TuneResult, tune
 from torchloom.samplers import (
     BalancedSampler,
     BatchKeySampler,
@@ -130,6 +130,7 @@ __all__ = [
     "ToTensor",
     "TorchloomError",
     "TransformError",
+    "TuneResult",
     "ValidationFailedError",
     "WeightedSampler",
     "WindowDataset",
@@ -139,4 +140,5 @@ __all__ = [
     "read_image",
     "read_table",
     "sample_rng",
+    "tune",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,15 @@ logger = logging.getLogger("torchloom")
 
 #: With ``debug=True``, the first this many samples a process loads are logged in detail.
 DEBUG_LOGGED_SAMPLES = 3
+
+
+class _Preloaded(threading.local):
+    """The decoded image ``load_sample`` hands to the ``load_image`` call of this thread."""
+
+    image: np.ndarray | None = None
+
+
+_PRELOADED = _Preloaded()
 
 
 class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
@@ -120,10 +130,14 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         With a ``slot`` (a batch's slots and this sample's position), an HWC array result is
         written as CHW into the batch buffer and the returned tensor is that slot.
         """
-        data = read_bytes(path, inside=self.read_root)
-        if self.transform is None:
+        preloaded, _PRELOADED.image = _PRELOADED.image, None
+        if preloaded is not None:  # from load_sample: the file is not read
+            image = preloaded if self.transform is None else self.transform(preloaded, rng)
+        elif self.transform is None:
+            data = read_bytes(path, inside=self.read_root)
             image = decode_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
         else:
+            data = read_bytes(path, inside=self.read_root)
             header = probe_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
             plan = plan_transform(self.transform, header.height, header.width, rng)
             decoded = decode_image(
@@ -143,6 +157,20 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             if target is not None:
                 return target.copy_(image)
         return to_chw_tensor(image)
+
+    def load_sample(self, index: int, key: int, slot: Slot | None, image: np.ndarray) -> dict[str, Any]:
+        """Build sample ``index`` as ``_load`` does, with ``image`` in place of decoding its file.
+
+        ``image`` is the sample's upright RGB ``uint8`` HWC array as this dataset decodes it
+        (e.g. read from a :class:`torchloom.cache.DecodedCache`); the transform runs on it with
+        the sample's rng, so its random draws are those of an uncached read of an image of that
+        size. Other fields come from the index as usual. The caller applies the fault policy.
+        """
+        _PRELOADED.image = image
+        try:
+            return self._load(index, key, slot)
+        finally:
+            _PRELOADED.image = None
 
     def rng(self, key: int) -> np.random.Generator:
         """The generator of sample ``key`` (see :func:`torchloom.seeding.rng_for_key`)."""

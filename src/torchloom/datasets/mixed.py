@@ -19,7 +19,7 @@ class MixedDataset(Dataset[Any]):
     A :class:`SampleKey` is passed on to the source dataset with its own index and the same epoch.
 
     Example:
-        >>> from torchloom.fusion import TableDataset
+        >>> from torchloom.datasets import TableDataset
         >>> import pyarrow as pa
         >>> mixed = MixedDataset([TableDataset(pa.table({"x": [1, 2]})), TableDataset(pa.table({"x": [9]}))])
         >>> len(mixed), mixed[2], mixed.sizes

@@ -3,7 +3,6 @@
 from torchloom.fusion.joined import JoinedDataset, JoinError, JoinReport
 from torchloom.fusion.recordings import SyncedRecordings
 from torchloom.fusion.sync import SyncReport, TimestampError, TimeSync
-from torchloom.fusion.table import TableDataset
 
 __all__ = [
     "JoinError",
@@ -11,7 +10,6 @@ __all__ = [
     "JoinedDataset",
     "SyncReport",
     "SyncedRecordings",
-    "TableDataset",
     "TimeSync",
     "TimestampError",
 ]

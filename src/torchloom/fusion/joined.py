@@ -30,9 +30,9 @@ import pyarrow.compute as pc
 import torch
 from torch.utils.data import Dataset
 
+from torchloom.datasets.table import TableDataset
 from torchloom.errors import ConfigError, SampleIndexError, TorchloomError, UsageError
 from torchloom.faults import Skipped
-from torchloom.fusion.table import TableDataset
 from torchloom.index import StringColumn
 from torchloom.seeding import SampleKey
 

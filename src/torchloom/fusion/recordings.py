@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from torchloom.consumers import ConsumerStream
+from torchloom.errors import ConfigError
 from torchloom.fusion.sync import TimeSync
 
 Recording = Callable[[], Mapping[str, Any]]
@@ -44,9 +45,9 @@ class SyncedRecordings(ConsumerStream[dict[str, Any]]):
         **sync_options: Any,
     ) -> None:
         if not recordings:
-            raise ValueError("SyncedRecordings needs at least one recording")
+            raise ConfigError("SyncedRecordings needs at least one recording")
         if "reference" not in sync_options or "tolerance" not in sync_options:
-            raise ValueError("SyncedRecordings needs TimeSync's reference= and tolerance=")
+            raise ConfigError("SyncedRecordings needs TimeSync's reference= and tolerance=")
         super().__init__(len(recordings), rank=rank, world_size=world_size)
         self.recordings = list(recordings)
         self.sync_options = sync_options

@@ -1,8 +1,18 @@
 """Loader tools: the thread :class:`Loader` and the :class:`LoaderProfiler`."""
 
+from torchloom.loader.autotune import Trial, TuneResult, tune
 from torchloom.loader.loader import Loader, default_threads
 from torchloom.loader.profiler import LoaderProfiler
 from torchloom.loader.report import ProfileReport
 from torchloom.loader.stages import StageClock
 
-__all__ = ["Loader", "LoaderProfiler", "ProfileReport", "StageClock", "default_threads"]
+__all__ = [
+    "Loader",
+    "LoaderProfiler",
+    "ProfileReport",
+    "StageClock",
+    "Trial",
+    "TuneResult",
+    "default_threads",
+    "tune",
+]

@@ -78,7 +78,7 @@ class Loader(Resumable):
 
     Example:
         >>> import torch
-        >>> from torchloom.fusion import TableDataset
+        >>> from torchloom.datasets import TableDataset
         >>> import pyarrow as pa
         >>> loader = Loader(TableDataset(pa.table({"x": list(range(10))})), batch_size=4, num_threads=2)
         >>> [batch["x"].tolist() for batch in loader]

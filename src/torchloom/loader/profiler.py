@@ -13,7 +13,7 @@ wait only when that event has completed by the time the batch arrives (no synchr
 does not change what it measures; the wait counted is then an upper bound).
 
 Example:
-    >>> from torchloom.fusion import TableDataset
+    >>> from torchloom.datasets import TableDataset
     >>> import pyarrow as pa
     >>> from torch.utils.data import DataLoader
     >>> loader = DataLoader(TableDataset(pa.table({"x": list(range(64))})), batch_size=8)

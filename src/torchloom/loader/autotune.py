@@ -1,0 +1,268 @@
+"""tune(): pick DataLoader settings by measuring them, within a time budget.
+
+Rules of thumb ("num_workers = cores, prefetch 2, pin memory") are where the search starts, not
+the answer. :func:`tune` measures steady-state samples/s (start-up timed apart and reported) for a
+handful of settings chosen by search rather than a full grid: worker counts doubling up to the
+cores this process may use, then the neighbours of the best, then the prefetch depth and, where
+it exists, torchloom's thread :class:`~torchloom.Loader`; ``pin_memory`` only when CUDA is there.
+A memory estimate per worker (its private start-up growth plus the batches it holds in flight)
+refuses settings that would not fit in the memory available.
+
+Example:
+    >>> from torchloom.datasets import TableDataset
+    >>> import pyarrow as pa
+    >>> result = tune(TableDataset(pa.table({"x": list(range(256))})), batch_size=32, budget_s=3,
+    ...               max_workers=1, progress=False)
+    >>> result.best["batch_size"], len(result.table) >= 3
+    (32, True)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from tqdm.auto import tqdm
+
+from torchloom.collate import collate
+from torchloom.errors import ConfigError
+from torchloom.loader.loader import Loader
+from torchloom.loader.profiler import _count
+
+# A worker's private memory at start-up beyond its parent's (torch's own growth, measured
+# ~30-70 MiB per worker on this project's machines); batches in flight come on top.
+WORKER_BASE_BYTES = 96 * 1024 * 1024
+# Keep this share of the available memory free.
+MEMORY_HEADROOM = 0.2
+# Longest single measurement, whatever the budget.
+MAX_SLICE_S = 6.0
+
+
+@dataclass
+class Trial:
+    """One measured setting: its keyword arguments, samples/s, start-up time, and what happened."""
+
+    setting: dict[str, Any]
+    samples_per_s: float = 0.0
+    startup_s: float = 0.0
+    status: str = "measured"
+
+    @property
+    def name(self) -> str:
+        if self.setting.get("loader") == "threads":
+            return f"Loader(num_threads={self.setting['num_threads']})"
+        parts = [f"num_workers={self.setting['num_workers']}"]
+        if self.setting.get("prefetch_factor") is not None:
+            parts.append(f"prefetch_factor={self.setting['prefetch_factor']}")
+        if self.setting.get("pin_memory"):
+            parts.append("pin_memory=True")
+        return "DataLoader(" + ", ".join(parts) + ")"
+
+
+@dataclass
+class TuneResult:
+    """The best keyword arguments (for ``DataLoader``, or ``{"loader": "threads", ...}`` for
+    :class:`torchloom.Loader`) and every trial, in the order measured."""
+
+    best: dict[str, Any]
+    table: list[Trial] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def rows(self) -> list[dict[str, str]]:
+        best = max((t.samples_per_s for t in self.table if t.status == "measured"), default=0.0)
+        return [
+            {
+                "setting": trial.name,
+                "samples/s": f"{trial.samples_per_s:,.0f}" if trial.status == "measured" else "-",
+                "start-up s": f"{trial.startup_s:.2f}" if trial.status == "measured" else "-",
+                "status": trial.status + (" (chosen)" if trial.setting == self.best else ""),
+                "vs best": f"{trial.samples_per_s / best:.2f}×"
+                if best and trial.status == "measured"
+                else "-",
+            }
+            for trial in self.table
+        ]
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new processes (``MemAvailable``), or a large number if unknown."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 50
+
+
+def tune(
+    dataset: Dataset[Any],
+    *,
+    batch_size: int,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    sampler: Sampler[Any] | None = None,
+    budget_s: float = 30.0,
+    max_workers: int | None = None,
+    threads: bool = True,
+    progress: bool = True,
+) -> TuneResult:
+    """Measure loader settings for ``dataset`` and return the fastest (see the module docstring).
+
+    Args:
+        dataset: a map-style dataset (an IterableDataset is measured over worker counts only).
+        batch_size: the batch size training will use.
+        collate_fn: default :func:`torchloom.collate`.
+        sampler: the sampler training will use (default: shuffled).
+        budget_s: the time the whole search may take, start-ups included.
+        max_workers: the most workers to try (default: the cores this process may use).
+        threads: also try torchloom's thread Loader.
+        progress: show a progress bar.
+    """
+    if budget_s <= 0:
+        raise ConfigError(f"budget_s must be positive, got {budget_s}")
+    collate_fn = collate_fn or collate
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    top = max(0, min(cores, max_workers if max_workers is not None else cores))
+    started = time.perf_counter()
+    batch_bytes = _batch_bytes(dataset, batch_size, collate_fn)
+    result = TuneResult(best={})
+    cuda = torch.cuda.is_available()
+
+    def remaining() -> float:
+        return budget_s - (time.perf_counter() - started)
+
+    bar = tqdm(total=budget_s, disable=not progress, desc="tuning the loader", unit="s", leave=False)
+
+    def measure(setting: dict[str, Any], left: int) -> Trial:
+        trial = Trial(dict(setting))
+        result.table.append(trial)
+        workers = int(setting.get("num_workers", 0))
+        need = workers * (WORKER_BASE_BYTES + batch_bytes * (setting.get("prefetch_factor") or 2) * 2)
+        if need > available_memory() * (1 - MEMORY_HEADROOM):
+            trial.status = f"refused: needs ~{need / 2**30:.1f} GiB, more than the memory available"
+            return trial
+        if remaining() <= 0.5:
+            trial.status = "not measured: out of budget"
+            return trial
+        slice_s = min(MAX_SLICE_S, max(0.5, remaining() / max(1, left)))
+        loader = _build(dataset, setting, batch_size, collate_fn, sampler)
+        trial.samples_per_s, trial.startup_s = _rate(loader, slice_s)
+        bar.n = min(budget_s, time.perf_counter() - started)
+        bar.refresh()
+        return trial
+
+    base = {"batch_size": batch_size}
+    counts = sorted({0, *[2**k for k in range(8) if 2**k <= top], top})
+    trials = [
+        measure({**base, "num_workers": n, **_worker_options(n, cuda)}, len(counts) - i)
+        for i, n in enumerate(counts)
+    ]
+    best = _best(trials)
+    if best is not None and best.setting["num_workers"] > 0:
+        n = best.setting["num_workers"]
+        for neighbour in sorted({n - 1, n + 1} - set(counts)):
+            if 0 < neighbour <= top:
+                measure({**base, "num_workers": neighbour, **_worker_options(neighbour, cuda)}, 3)
+        best = _best(result.table) or best
+        for depth in (4, 8):
+            measure({**best.setting, "prefetch_factor": depth}, 2)
+    if (
+        threads
+        and hasattr(dataset, "__getitem__")
+        and not isinstance(dataset, torch.utils.data.IterableDataset)
+    ):
+        for count in sorted({1, max(1, cores)}):
+            measure({**base, "loader": "threads", "num_threads": count}, 1)
+    bar.close()
+    chosen = _best(result.table)
+    result.best = chosen.setting if chosen is not None else {**base, "num_workers": 0}
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def _worker_options(workers: int, cuda: bool) -> dict[str, Any]:
+    options: dict[str, Any] = {"pin_memory": cuda}
+    if workers > 0:
+        options.update(prefetch_factor=2, persistent_workers=True)
+    return options
+
+
+def _best(trials: list[Trial]) -> Trial | None:
+    measured = [trial for trial in trials if trial.status == "measured"]
+    return max(measured, key=lambda trial: trial.samples_per_s) if measured else None
+
+
+def _build(
+    dataset: Dataset[Any],
+    setting: dict[str, Any],
+    batch_size: int,
+    collate_fn: Callable[[list[Any]], Any],
+    sampler: Sampler[Any] | None,
+) -> Any:
+    if setting.get("loader") == "threads":
+        return Loader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            shuffle=sampler is None,
+            collate_fn=collate_fn,
+            num_threads=setting["num_threads"],
+        )
+    options = {key: value for key, value in setting.items() if key != "batch_size"}
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        shuffle=sampler is None and not iterable,
+        collate_fn=collate_fn,
+        **options,
+    )
+
+
+def _rate(loader: Any, slice_s: float) -> tuple[float, float]:
+    """(steady samples/s over about ``slice_s`` seconds, seconds to the first batch)."""
+    began = time.perf_counter()
+    iterator = iter(loader)
+    seen = 0
+    first_at = None
+    for batch in iterator:
+        now = time.perf_counter()
+        if first_at is None:
+            first_at = now
+            continue
+        seen += _count(batch)
+        if now - first_at >= slice_s:
+            break
+    ended = time.perf_counter()
+    del iterator
+    startup = (first_at or ended) - began
+    steady = ended - (first_at or ended)
+    return (seen / steady if steady > 0 else 0.0), startup
+
+
+def _batch_bytes(dataset: Dataset[Any], batch_size: int, collate_fn: Callable[[list[Any]], Any]) -> int:
+    """The size of one batch, from a few samples (0 when it cannot be told)."""
+    try:
+        samples = [dataset[index] for index in range(min(4, len(dataset)))]  # type: ignore[arg-type]
+        batch = collate_fn(samples)
+    except Exception:  # an estimate only: a dataset that cannot be sampled here is still tuned
+        return 0
+    total = _nbytes(batch)
+    return total * batch_size // max(1, len(samples))
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.element_size() * value.nelement()
+    if isinstance(value, dict):
+        return sum(_nbytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(item) for item in value)
+    return 0
