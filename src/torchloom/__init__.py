@@ -6,6 +6,7 @@ Example:
     True
 """
 
+from torchloom.cache import CacheReport, DecodedCache, LRUCache
 from torchloom.collate import (
     AsList,
     Collate,
@@ -79,6 +80,7 @@ __all__ = [
     "AsList",
     "BalancedSampler",
     "BatchKeySampler",
+    "CacheReport",
     "CenterCrop",
     "Collate",
     "CollateError",
@@ -86,6 +88,7 @@ __all__ = [
     "CropOrPadVolumes",
     "DatasetReport",
     "DecodeError",
+    "DecodedCache",
     "EmptyDatasetError",
     "FaultPolicy",
     "FaultReport",
@@ -97,6 +100,7 @@ __all__ = [
     "JoinReport",
     "JoinedDataset",
     "Key",
+    "LRUCache",
     "Label",
     "Lambda",
     "Loader",

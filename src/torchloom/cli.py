@@ -3,14 +3,22 @@
 Example:
     >>> build_parser().parse_args(["demo", "--workers", "0"]).workers
     0
+    >>> build_parser().parse_args(["cache", "data", "--out", "cache", "--max-side", "256"]).max_side
+    256
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 
+from torchloom.cache import DecodedCache
+from torchloom.datasets import FolderDataset, ManifestDataset
+from torchloom.datasets.base import IndexedDataset
 from torchloom.demo import DEMO_COUNTS, run_demo
+from torchloom.errors import TorchloomError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,18 +31,74 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     demo.add_argument("--batch-size", type=int, default=64)
     demo.add_argument("--seed", type=int, default=0)
+    cache = commands.add_parser("cache", help="decode a dataset's images once into a memory-mapped cache")
+    cache.add_argument("data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)")
+    cache.add_argument("--out", required=True, help="the cache folder to build (reused when up to date)")
+    cache.add_argument(
+        "--max-side", type=_positive_int, default=None, help="shrink images so their longer side is at most N"
+    )
+    cache.add_argument(
+        "--memory",
+        action="store_true",
+        help="also copy it into /dev/shm, as location='memory' does, to check it fits",
+    )
+    cache.add_argument(
+        "--workers", type=_positive_int, default=None, help="decoding threads (default: one per CPU)"
+    )
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchloom`` script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "cache":
+        if not os.path.exists(args.data):
+            parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+        return run_cache(
+            args.data, args.out, max_side=args.max_side, memory=args.memory, workers=args.workers
+        )
     if args.command == "demo":
         if args.images < len(DEMO_COUNTS):
             raise SystemExit(f"--images must be at least {len(DEMO_COUNTS)}, got {args.images}")
         total = sum(DEMO_COUNTS)
         counts = [max(1, round(count * args.images / total)) for count in DEMO_COUNTS]
         run_demo(counts=counts, batch_size=args.batch_size, num_workers=args.workers, seed=args.seed)
+    return 0
+
+
+def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None) -> int:
+    """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
+    try:
+        dataset: IndexedDataset = (
+            FolderDataset(data, on_error="skip", workers=workers)
+            if os.path.isdir(data)
+            else ManifestDataset(data, on_error="skip", workers=workers)
+        )
+        cache = DecodedCache(
+            dataset, out, max_side=max_side, location="memory" if memory else "disk", workers=workers
+        )
+    except TorchloomError as exc:
+        print(f"torchloom cache: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    with cache:
+        print(f"{cache.path}: {cache.report}")
+        invalid = getattr(dataset, "report", None)
+        if invalid is not None and invalid.invalid:
+            print(f"{len(invalid.invalid)} file(s) failed validation and are not in the dataset:")
+            print("\n".join(f"  {path}: {reason}" for path, reason in invalid.invalid))
+        if memory:
+            print(f"fits in shared memory: copied {cache.nbytes:,} bytes to /dev/shm and removed them")
     return 0
 
 

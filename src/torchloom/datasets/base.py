@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
-import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_bytes
 from torchloom.seeding import SampleKey, rng_for_key
+from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform, check_transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor, write_chw
 
@@ -28,15 +30,6 @@ logger = logging.getLogger("torchloom")
 
 #: With ``debug=True``, the first this many samples a process loads are logged in detail.
 DEBUG_LOGGED_SAMPLES = 3
-
-
-class _Preloaded(threading.local):
-    """The decoded image ``load_sample`` hands to the ``load_image`` call of this thread."""
-
-    image: np.ndarray | None = None
-
-
-_PRELOADED = _Preloaded()
 
 
 class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
@@ -70,6 +63,9 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         self.exif_orientation = exif_orientation
         #: A real folder every file read must resolve into (checked at read time), or None.
         self.read_root: str | None = None
+        #: Where read/decode/transform times go while a LoaderProfiler is attached (else None).
+        self.stage_clock: StageClock | None = None
+        self._preloaded: np.ndarray | None = None
         self._debug_signature: dict[str, tuple[str, int]] | None = None
         self._debug_seen = 0
 
@@ -93,7 +89,10 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         Images of equal shape are written straight into one batch buffer (shared memory in a
         worker), which :func:`torchloom.collate` then returns without stacking them again.
         """
-        slots = BatchSlots(len(keys))
+        return self.getitems_into(keys, BatchSlots(len(keys)))
+
+    def getitems_into(self, keys: Sequence[int], slots: BatchSlots) -> list[dict[str, Any] | Skipped]:
+        """``__getitems__`` into the given batch slots (the thread Loader's reused buffers)."""
         return [self._get(key, (slots, position)) for position, key in enumerate(keys)]
 
     def _get(self, key: int, slot: Slot | None) -> dict[str, Any] | Skipped:
@@ -130,20 +129,40 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         With a ``slot`` (a batch's slots and this sample's position), an HWC array result is
         written as CHW into the batch buffer and the returned tensor is that slot.
         """
-        preloaded, _PRELOADED.image = _PRELOADED.image, None
-        if preloaded is not None:  # from load_sample: the file is not read
-            image = preloaded if self.transform is None else self.transform(preloaded, rng)
-        elif self.transform is None:
-            data = read_bytes(path, inside=self.read_root)
-            image = decode_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
+        clock = self.stage_clock
+        began = time.perf_counter() if clock is not None else 0.0
+        transform = self.transform
+        if self._preloaded is not None:  # a view made by load_sample: the file is not read
+            decoded = self._preloaded
+            image = decoded if transform is None else transform(decoded, rng)
         else:
             data = read_bytes(path, inside=self.read_root)
-            header = probe_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
-            plan = plan_transform(self.transform, header.height, header.width, rng)
+            if clock is not None:
+                clock.add("read", time.perf_counter() - began)
+                began = time.perf_counter()
+            plan = None
+            if transform is not None:
+                header = probe_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
+                plan = plan_transform(transform, header.height, header.width, rng)
             decoded = decode_image(
-                data, path, min_size=plan.min_size, max_pixels=self.max_pixels, orient=self.exif_orientation
+                data,
+                path,
+                min_size=plan.min_size if plan is not None else None,
+                max_pixels=self.max_pixels,
+                orient=self.exif_orientation,
             )
-            image = plan.finish(decoded)
+            if clock is not None:
+                clock.add("decode", time.perf_counter() - began)
+                began = time.perf_counter()
+            image = plan.finish(decoded) if plan is not None else decoded
+        tensor = self._to_tensor(image, slot)
+        if clock is not None:
+            clock.add("transform", time.perf_counter() - began)
+        return tensor
+
+    @staticmethod
+    def _to_tensor(image: Any, slot: Slot | None) -> torch.Tensor:
+        """A transform's result as a CHW tensor, written into the batch slot when one fits."""
         if slot is not None and isinstance(image, np.ndarray) and image.ndim == 3:
             slots, position = slot
             target = slots.slot(
@@ -166,11 +185,9 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         the sample's rng, so its random draws are those of an uncached read of an image of that
         size. Other fields come from the index as usual. The caller applies the fault policy.
         """
-        _PRELOADED.image = image
-        try:
-            return self._load(index, key, slot)
-        finally:
-            _PRELOADED.image = None
+        view = copy.copy(self)  # a shallow view holding the image: no state shared between threads
+        view._preloaded = image
+        return view._load(index, key, slot)
 
     def rng(self, key: int) -> np.random.Generator:
         """The generator of sample ``key`` (see :func:`torchloom.seeding.rng_for_key`)."""

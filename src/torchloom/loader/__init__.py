@@ -4,7 +4,7 @@ from torchloom.loader.autotune import Trial, TuneResult, tune
 from torchloom.loader.loader import Loader, default_threads
 from torchloom.loader.profiler import LoaderProfiler
 from torchloom.loader.report import ProfileReport
-from torchloom.loader.stages import StageClock
+from torchloom.timing import StageClock
 
 __all__ = [
     "Loader",

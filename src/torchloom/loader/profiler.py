@@ -37,7 +37,7 @@ import torch
 
 from torchloom.errors import UsageError
 from torchloom.loader.report import ProfileReport, advise
-from torchloom.loader.stages import COLLATED_AT_KEY, StageClock, timed_collate
+from torchloom.timing import COLLATED_AT_KEY, StageClock, timed_collate
 
 
 @dataclass

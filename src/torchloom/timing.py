@@ -1,5 +1,7 @@
 """Where a sample's time goes inside the loader: read, decode, transform, collate.
 
+(A low module: datasets time their stages into it; the loader tools read it.)
+
 A :class:`StageClock` is a small table in shared memory (one row per DataLoader worker, one for
 the main process and its threads) that torchloom's datasets add their stage times to while a
 :class:`~torchloom.loader.profiler.LoaderProfiler` is attached; the profiler reads every row in
