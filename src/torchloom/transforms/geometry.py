@@ -22,6 +22,13 @@ from torchloom.errors import ConfigError, TransformError
 from torchloom.io.image import JPEG_SCALE_DENOMINATORS
 from torchloom.transforms.base import DecodePlan
 
+# torchloom parallelises over samples (DataLoader workers, Loader threads, cache builds), so
+# OpenCV's own per-call thread pool only oversubscribes the cores; worse, its pool threads alive
+# in a process that DataLoader later forks can leave a cv2 mutex locked in the worker, which then
+# waits forever (seen here: a worker forked after Loader threads had resized with cv2 hung inside
+# cv2). torch's DataLoader sets torch's threads to 1 in workers for the same reasons.
+cv2.setNumThreads(1)
+
 # Shrinking by more than this factor switches bilinear to area interpolation.
 AREA_INTERPOLATION_BELOW = 0.5
 # Attempts at drawing a crop box inside the image before falling back to a centre crop.

@@ -1,0 +1,87 @@
+"""DecodedCache epochs against the naive PIL pipeline, on the same files in the same run.
+
+Both run one shuffled epoch of decode (or cache read) -> RandomResizedCrop 224 -> flip -> batches of
+64 through a DataLoader with the same number of workers (persistent, after a warm-up epoch):
+
+- naive: benchmarks.pipeline's NaiveDataset (PIL open + convert, PIL crop + resize, flip, float32
+  normalise in ``__getitem__``, default collate);
+- cache: ``DecodedCache(FolderDataset(..., transform), path, max_side=...)`` + ``collate``: the
+  random crop still runs every epoch, on the decoded (and, for 1080p sources, downscaled) image.
+
+The build (decoding every file once) is timed apart: it is paid once, not per epoch.
+Also measured: PSS of 2 workers reading a ``location="memory"`` cache, to show its bytes are
+counted once across the processes, not once per worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from torch.utils.data import DataLoader
+
+from benchmarks.common import Measurement, interleave, loader_rate
+from benchmarks.memory import smaps_kib
+from benchmarks.pipeline import CROP, NaiveDataset
+from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, RandomResizedCrop, collate
+
+
+@dataclass
+class CacheResult:
+    source: str
+    workers: int
+    max_side: int | None
+    build_s: float
+    cache_mib: float
+    naive: Measurement
+    cached: Measurement
+
+    @property
+    def ratio(self) -> float:
+        ratios = sorted(a / b for a, b in zip(self.cached.rates, self.naive.rates, strict=True))
+        return ratios[len(ratios) // 2]
+
+
+def run_cache(
+    root: str, cache_path: str, source: str, workers: int, max_side: int | None, rounds: int
+) -> CacheResult:
+    transform = Compose([RandomResizedCrop(CROP), HorizontalFlip()])
+    dataset = FolderDataset(root, transform=transform, progress=False)
+    started = time.perf_counter()
+    cache = DecodedCache(dataset, cache_path, max_side=max_side, progress=False)
+    build_s = time.perf_counter() - started
+    naive = NaiveDataset(dataset.index.paths.to_list(), dataset.targets.tolist())
+    results = interleave(
+        rounds,
+        {
+            "naive": lambda: loader_rate(naive, num_workers=workers, collate_fn=None, epochs=1),
+            "cached": lambda: loader_rate(cache, num_workers=workers, collate_fn=collate, epochs=1),
+        },
+    )
+    mib = cache.nbytes / 2**20
+    return CacheResult(source, workers, max_side, build_s, mib, results["naive"], results["cached"])
+
+
+def shared_memory_pss(root: str, cache_path: str) -> tuple[float, float]:
+    """(cache MiB, PSS growth in MiB summed over 2 workers that each read the whole memory cache)."""
+    dataset = FolderDataset(root, progress=False)
+    cache = DecodedCache(dataset, cache_path, location="memory", progress=False)
+    growth: list[float] = []
+
+    def measure(worker_id: int) -> None:
+        before = smaps_kib()[0]
+        for index in range(len(cache)):
+            cache[index]
+        after = smaps_kib()[0]
+        path = os.path.join(cache_path + ".pss", f"{worker_id}")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(str((after - before) / 1024))
+
+    loader = DataLoader(range(2), batch_size=1, num_workers=2, worker_init_fn=measure)
+    list(loader)
+    for worker in range(2):
+        with open(os.path.join(cache_path + ".pss", f"{worker}")) as handle:
+            growth.append(float(handle.read()))
+    return cache.nbytes / 2**20, sum(growth)
