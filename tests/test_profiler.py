@@ -88,3 +88,22 @@ def test_tune_refuses_settings_that_would_not_fit(monkeypatch: pytest.MonkeyPatc
     refused = [trial for trial in result.table if trial.status.startswith("refused")]
     assert refused and all(trial.setting["num_workers"] > 0 for trial in refused)
     assert result.best["num_workers"] == 0
+
+
+def test_bench_command_prints_plots_and_speaks_json(class_folders: tuple[Path, Any], tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root, _ = class_folders
+    plot = tmp_path / "bench.png"
+    command = [sys.executable, "-m", "torchloom", "bench", str(root), "--batch-size", "8", "--budget", "6"]
+    piped = subprocess.run([*command, "--plot", str(plot)], capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert "setting" in piped.stdout and "chosen:" in piped.stdout and "\x1b[" not in piped.stdout
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    as_json = subprocess.run([*command, "--json", "--plot", ""], capture_output=True, text=True, timeout=120)
+    report = json.loads(as_json.stdout)
+    assert report["best"]["batch_size"] == 8 and len(report["trials"]) >= 3
+    usage = subprocess.run([*command[:4], str(tmp_path / "missing")], capture_output=True, text=True)
+    assert usage.returncode == 2 and "does not exist" in usage.stderr

@@ -23,7 +23,7 @@ def test_every_public_name_imports(name: str) -> None:
 
 def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 7
+    assert len(blocks) == 9
     namespace: dict[str, object] = {}
     for block in blocks:  # one namespace: later blocks use the quick start's names
         exec(compile(block, str(README), "exec"), namespace)
@@ -38,6 +38,7 @@ def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert "33 [40.5 40.5]" in printed
     assert "20 [0.8, 0.9, 1.0, 1.1, 1.2] 24" in printed
     assert "28 1 True" in printed
+    assert "80 1" in printed and "data-bound" in printed
     assert sorted(namespace["mixed_batch"]) == [0, 0, 0, 0, 0, 0, 1, 1]  # type: ignore[arg-type]
 
 

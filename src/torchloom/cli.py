@@ -19,6 +19,7 @@ from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
 from torchloom.demo import DEMO_COUNTS, run_demo
 from torchloom.errors import TorchloomError
+from torchloom.loader.bench import run_bench
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     demo.add_argument("--batch-size", type=int, default=64)
     demo.add_argument("--seed", type=int, default=0)
+    bench = commands.add_parser(
+        "bench", help="measure DataLoader/Loader settings on your data, pick the fastest"
+    )
+    bench.add_argument("data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)")
+    bench.add_argument("--batch-size", type=_positive_int, default=64)
+    bench.add_argument("--budget", type=float, default=30.0, help="seconds the whole search may take")
+    bench.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    bench.add_argument(
+        "--plot", default="torchloom-bench.png", help="PNG of samples/s against workers ('' for none)"
+    )
     cache = commands.add_parser("cache", help="decode a dataset's images once into a memory-mapped cache")
     cache.add_argument("data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)")
     cache.add_argument("--out", required=True, help="the cache folder to build (reused when up to date)")
@@ -62,6 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchloom`` script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        if not os.path.exists(args.data):
+            parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+        if args.budget <= 0:
+            parser.error(f"--budget must be positive, got {args.budget}")
+        try:
+            return run_bench(
+                args.data,
+                batch_size=args.batch_size,
+                budget_s=args.budget,
+                as_json=args.json,
+                plot=args.plot or None,
+            )
+        except TorchloomError as exc:
+            print(f"torchloom bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
     if args.command == "cache":
         if not os.path.exists(args.data):
             parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")

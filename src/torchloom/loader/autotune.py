@@ -137,7 +137,13 @@ def tune(
     def remaining() -> float:
         return budget_s - (time.perf_counter() - started)
 
-    bar = tqdm(total=budget_s, disable=not progress, desc="tuning the loader", unit="s", leave=False)
+    bar = tqdm(
+        total=round(budget_s),
+        disable=not progress,
+        desc="tuning the loader",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s",
+        leave=False,
+    )
 
     def measure(setting: dict[str, Any], left: int) -> Trial:
         trial = Trial(dict(setting))
@@ -153,7 +159,7 @@ def tune(
         slice_s = min(MAX_SLICE_S, max(0.5, remaining() / max(1, left)))
         loader = _build(dataset, setting, batch_size, collate_fn, sampler)
         trial.samples_per_s, trial.startup_s = _rate(loader, slice_s)
-        bar.n = min(budget_s, time.perf_counter() - started)
+        bar.n = round(min(budget_s, time.perf_counter() - started))
         bar.refresh()
         return trial
 
