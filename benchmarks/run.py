@@ -21,7 +21,7 @@ import torch
 
 from benchmarks.collate_bench import BATCH, ROUNDS, run_collate
 from benchmarks.common import cpu_count
-from benchmarks.fast_path import cache_section, loader_section
+from benchmarks.fast_path import cache_section, loader_section, tune_section
 from benchmarks.memory import ROWS, run_memory
 from benchmarks.pipeline import PipelineResult, as_rows, run_pipeline
 from benchmarks.sampler_bench import INDICES, run_samplers
@@ -272,7 +272,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument(
         "--only",
-        choices=["pipeline", "memory", "collate", "samplers", "timesync", "loader", "cache"],
+        choices=["pipeline", "memory", "collate", "samplers", "timesync", "loader", "cache", "tune"],
         default=None,
     )
     args = parser.parse_args()
@@ -305,6 +305,8 @@ def main() -> None:
         sections.append(loader_section(args.quick, markdown_table))
     if args.only in (None, "cache"):
         sections.append(cache_section(args.quick, markdown_table))
+    if args.only in (None, "tune"):
+        sections.append(tune_section(args.quick, markdown_table))
     gpu = os.path.join(os.path.dirname(os.path.abspath(args.out)), "benchmarks", "GPU.md")
     if os.path.exists(gpu):
         with open(gpu, encoding="utf-8") as handle:

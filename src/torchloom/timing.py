@@ -35,14 +35,25 @@ T = TypeVar("T")
 
 
 class StageClock:
-    """Seconds per stage, per process, in shared memory (see the module docstring)."""
+    """Seconds per stage, per process, in shared memory (see the module docstring).
+
+    Additions collect in plain floats in the process and reach the shared table once per batch
+    (:meth:`flush`, called by the timed collate) or when read: a tensor write per sample stage
+    would cost more than the stages it times.
+    """
 
     def __init__(self) -> None:
         self._seconds = torch.zeros((MAX_WORKERS + 1, len(STAGES)), dtype=torch.float64).share_memory_()
-        self._lock: threading.Lock | None = None
+        self._pending = [0.0] * len(STAGES)
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_seconds": self._seconds, "_lock": None}
+        return {"_seconds": self._seconds}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._seconds = state["_seconds"]
+        self._pending = [0.0] * len(STAGES)
+        self._lock = threading.Lock()
 
     def _row(self) -> int:
         info = get_worker_info()
@@ -50,14 +61,15 @@ class StageClock:
 
     def add(self, stage: str, seconds: float) -> None:
         column = STAGES.index(stage)
-        row = self._row()
-        if row == MAX_WORKERS:  # threads of the main process share a row
-            if self._lock is None:
-                self._lock = threading.Lock()
-            with self._lock:
-                self._seconds[row, column] += seconds
-        else:
-            self._seconds[row, column] += seconds
+        with self._lock:  # the thread Loader adds from several threads of one process
+            self._pending[column] += seconds
+
+    def flush(self) -> None:
+        """Move this process's collected times into the shared table."""
+        with self._lock:
+            pending, self._pending = self._pending, [0.0] * len(STAGES)
+        if any(pending):
+            self._seconds[self._row()] += torch.tensor(pending, dtype=torch.float64)
 
     @contextmanager
     def timing(self, stage: str) -> Iterator[None]:
@@ -68,10 +80,13 @@ class StageClock:
             self.add(stage, time.perf_counter() - start)
 
     def totals(self) -> dict[str, float]:
+        self.flush()
         sums = self._seconds.sum(dim=0).tolist()
         return dict(zip(STAGES, sums, strict=True))
 
     def reset(self) -> None:
+        with self._lock:
+            self._pending = [0.0] * len(STAGES)
         self._seconds.zero_()
 
 
@@ -84,6 +99,7 @@ def timed_collate(collate_fn: Callable[[list[Any]], T], clock: StageClock) -> Ca
         batch = collate_fn(samples)
         finished = time.perf_counter()
         clock.add("collate", finished - start)
+        clock.flush()
         if isinstance(batch, dict):
             batch[COLLATED_AT_KEY] = finished
         return batch

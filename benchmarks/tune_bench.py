@@ -1,0 +1,127 @@
+"""tune() against a full grid measured separately on the same data, and LoaderProfiler's overhead.
+
+- grid: every DataLoader setting tune() may consider on this machine (workers 0..cores, prefetch
+  2/4/8) and the thread Loader (1..cores threads), each measured for the same time slice; the grid's
+  best is the reference. tune() then runs with its budget, and its chosen setting is re-measured
+  like the grid's: the ratio chosen / best is the figure (goal >= 0.9).
+- profiler overhead: the same in-process loop (0 workers, so loading fills the wall time) with and
+  without LoaderProfiler wrapped around the loader, rounds interleaved.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import cpu_count
+from benchmarks.pipeline import CROP
+from torchloom import Compose, FolderDataset, HorizontalFlip, LoaderProfiler, RandomResizedCrop, collate, tune
+from torchloom.loader.autotune import Trial, _build, _rate
+
+SLICE_S = 3.0
+BATCH = 64
+
+
+@dataclass
+class TuneBench:
+    grid: list[Trial]
+    chosen: Trial
+    best: Trial
+    tune_s: float
+    profiler_costs: tuple[float, float, float]
+
+    @property
+    def ratio(self) -> float:
+        return self.chosen.samples_per_s / self.best.samples_per_s
+
+    @property
+    def profiler_overhead(self) -> float:
+        """The profiler's share of a loop's time: (per batch / batch size + per sample) / per sample."""
+        per_batch_us, per_sample_us, sample_us = self.profiler_costs
+        return (per_batch_us / BATCH + per_sample_us) / sample_us
+
+
+def measure(dataset: FolderDataset, setting: dict[str, Any], rounds: int) -> Trial:
+    rates = []
+    for _ in range(rounds):
+        loader = _build(dataset, setting, BATCH, collate, None)
+        rates.append(_rate(loader, SLICE_S)[0])
+        del loader
+    return Trial(setting, samples_per_s=max(rates))
+
+
+def grid_settings() -> list[dict[str, Any]]:
+    cores = cpu_count()
+    settings: list[dict[str, Any]] = [{"batch_size": BATCH, "num_workers": 0, "pin_memory": False}]
+    for workers in range(1, cores + 1):
+        for depth in (2, 4, 8):
+            settings.append(
+                {
+                    "batch_size": BATCH,
+                    "num_workers": workers,
+                    "pin_memory": False,
+                    "prefetch_factor": depth,
+                    "persistent_workers": True,
+                }
+            )
+    settings += [{"batch_size": BATCH, "loader": "threads", "num_threads": n} for n in range(1, cores + 1)]
+    return settings
+
+
+def profiler_overhead(dataset: FolderDataset, rounds: int) -> tuple[float, float, float]:
+    """The profiler's own cost, measured apart from the pipeline's noise.
+
+    Returns (µs per batch of the profiler's bookkeeping around a loader that yields ready batches,
+    µs per sample of the stage timing a dataset does (its clock readings and additions, timed in a
+    tight loop), the pipeline's µs per sample without the profiler). The overhead share is their
+    sum over the pipeline's time per sample.
+    """
+    ready = [collate([dataset[i] for i in range(BATCH)])] * 200
+    bare, wrapped = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _batch in iter(ready):
+            pass
+        bare.append(time.perf_counter() - started)
+        profiler = LoaderProfiler(ready, stages=False)
+        started = time.perf_counter()
+        for _batch in profiler:
+            pass
+        wrapped.append(time.perf_counter() - started)
+    per_batch_us = (min(wrapped) - min(bare)) / len(ready) * 1e6
+    # Stage timing adds, per sample, what this loop does: 3 clock readings and 3 additions (the
+    # once-per-batch flush is in the per-batch figure's order of magnitude, and divided by 64).
+    clock = LoaderProfiler().clock
+    repeats = 100_000
+    started = time.perf_counter()
+    for _ in range(repeats):
+        began = time.perf_counter()
+        clock.add("read", time.perf_counter() - began)
+        clock.add("decode", time.perf_counter() - began)
+        clock.add("transform", time.perf_counter() - began)
+    per_sample_us = (time.perf_counter() - started) / repeats * 1e6
+    keys = list(range(min(len(dataset), 256)))
+    untimed = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        dataset.__getitems__(keys)
+        untimed.append(time.perf_counter() - started)
+    return per_batch_us, per_sample_us, min(untimed) / len(keys) * 1e6
+
+
+def run_tune(root: str, rounds: int = 2, budget_s: float = 30.0) -> TuneBench:
+    dataset = FolderDataset(
+        root, transform=Compose([RandomResizedCrop(CROP), HorizontalFlip()]), progress=False
+    )
+    grid = [measure(dataset, setting, rounds) for setting in grid_settings()]
+    best = max(grid, key=lambda trial: trial.samples_per_s)
+    started = time.perf_counter()
+    result = tune(dataset, batch_size=BATCH, budget_s=budget_s, progress=False)
+    tune_s = time.perf_counter() - started
+    # The grid's best and tune's choice re-measured side by side, rounds interleaved.
+    chosen, best = Trial(result.best), Trial(best.setting)
+    for _ in range(3):
+        for trial in (chosen, best):
+            trial.samples_per_s = max(trial.samples_per_s, measure(dataset, trial.setting, 1).samples_per_s)
+    return TuneBench(grid, chosen, best, tune_s, profiler_overhead(dataset, rounds=5))
