@@ -107,3 +107,20 @@ def test_bench_command_prints_plots_and_speaks_json(class_folders: tuple[Path, A
     assert report["best"]["batch_size"] == 8 and len(report["trials"]) >= 3
     usage = subprocess.run([*command[:4], str(tmp_path / "missing")], capture_output=True, text=True)
     assert usage.returncode == 2 and "does not exist" in usage.stderr
+
+
+def test_the_profiler_reads_a_stateful_dataloader_and_leaves_it_resumable() -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    loader = StatefulDataLoader(Sleepy(), batch_size=BATCH, num_workers=2, collate_fn=collate)
+    profiler = LoaderProfiler(loader)
+    seen = 0
+    for batch in profiler:
+        seen += len(batch["index"])
+        if seen == 5 * BATCH:
+            break
+    state = loader.state_dict()
+    resumed = StatefulDataLoader(Sleepy(), batch_size=BATCH, num_workers=2, collate_fn=collate)
+    resumed.load_state_dict(state)
+    assert seen + sum(len(b["index"]) for b in resumed) == len(Sleepy())
+    assert profiler.report().batches == 5
