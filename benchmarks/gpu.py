@@ -2,8 +2,10 @@
 
 A ResNet-18-shaped network (plain torch, channels_last, bf16 autocast) trains on 224 px crops.
 We measure the model alone on batches already on the GPU (the ceiling), then the naive pipeline
-and torchloom's feeding it through ``DataLoader(pin_memory=True)`` at several worker counts, and
-report images/s and the share of wall time the training loop spent waiting for data.
+and torchloom's feeding it through ``DataLoader(pin_memory=True)`` at several worker counts, the
+thread ``Loader`` with as many threads, and a ``DecodedCache`` read by both, and report images/s
+and the share of wall time the training loop spent waiting for data. Without CUDA it runs on the
+CPU as a smoke test of the script (the figures then mean nothing).
 
 Usage: ``python -m benchmarks.gpu --out benchmarks/GPU.md`` (writes a Markdown section that
 ``benchmarks.run`` appends to BENCHMARKS.md).
@@ -23,7 +25,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from benchmarks.pipeline import CROP, NaiveDataset
-from torchloom import Compose, FolderDataset, HorizontalFlip, Normalize, RandomResizedCrop, collate
+from torchloom import (
+    Compose,
+    DecodedCache,
+    FolderDataset,
+    HorizontalFlip,
+    Loader,
+    Normalize,
+    RandomResizedCrop,
+    collate,
+)
 from torchloom.synthetic import write_class_folders
 
 BATCH = 256
@@ -122,7 +133,7 @@ def naive_batches(loader: DataLoader[Any]) -> Iterable[tuple[torch.Tensor, torch
 
 
 def torchloom_batches(
-    loader: DataLoader[Any], normalize: Normalize
+    loader: Iterable[Any], normalize: Normalize
 ) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     for batch in loader:
         images = batch["image"].to(DEVICE, non_blocking=True)
@@ -153,7 +164,9 @@ def main() -> None:
     normalize = Normalize(MEAN, STD)
     rows = []
     with tempfile.TemporaryDirectory(prefix="torchloom-gpu-") as root:
-        write_class_folders(root, [args.images // 4] * 4, size=(256, 256), progress=False)
+        write_class_folders(
+            os.path.join(root, "data"), [args.images // 4] * 4, size=(256, 256), progress=False
+        )
         fixed = torch.randint(0, 255, (args.batch, 3, CROP, CROP), dtype=torch.uint8, device=DEVICE)
         labels = torch.randint(0, 4, (args.batch,), device=DEVICE)
         ceiling, _ = train_rate(
@@ -164,9 +177,12 @@ def main() -> None:
         rows.append(("model alone (batches already on the GPU)", "-", ceiling, 0.0))
         print(f"ceiling {ceiling:,.0f} img/s", flush=True)
         dataset = FolderDataset(
-            root, transform=Compose([RandomResizedCrop(CROP), HorizontalFlip()]), progress=False
+            os.path.join(root, "data"),
+            transform=Compose([RandomResizedCrop(CROP), HorizontalFlip()]),
+            progress=False,
         )
         naive = NaiveDataset(dataset.index.paths.to_list(), dataset.targets.tolist())
+        cache = DecodedCache(dataset, os.path.join(root, "cache"), progress=False)  # 256 px: no max_side
         for workers in args.workers or sorted({4, 8, max(1, cpus - 1)}):
             options: dict[str, Any] = dict(
                 batch_size=args.batch,
@@ -189,6 +205,43 @@ def main() -> None:
             )
             rows.append(("torchloom (uint8, normalise on GPU)", str(workers), rate, wait))
             print(rows[-1], flush=True)
+            threads = Loader(
+                dataset,
+                batch_size=args.batch,
+                shuffle=True,
+                num_threads=workers,
+                pin_memory=DEVICE == "cuda",
+                drop_last=True,
+            )
+            rate, wait = train_rate(
+                forever(lambda loader=threads: torchloom_batches(loader, normalize)), step, args.steps
+            )
+            rows.append(("torchloom Loader (threads in the training process)", str(workers), rate, wait))
+            print(rows[-1], flush=True)
+            for name, cached_loader in (
+                (
+                    "torchloom DecodedCache, DataLoader workers",
+                    DataLoader(cache, collate_fn=collate, **options),
+                ),
+                (
+                    "torchloom DecodedCache, Loader threads",
+                    Loader(
+                        cache,
+                        batch_size=args.batch,
+                        shuffle=True,
+                        num_threads=workers,
+                        pin_memory=DEVICE == "cuda",
+                        drop_last=True,
+                    ),
+                ),
+            ):
+                rate, wait = train_rate(
+                    forever(lambda loader=cached_loader: torchloom_batches(loader, normalize)),
+                    step,
+                    args.steps,
+                )
+                rows.append((name, str(workers), rate, wait))
+                print(rows[-1], flush=True)
     lines = [
         f"## GPU: feeding a training step on {device_name}",
         "",
