@@ -14,13 +14,34 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch.utils.data import DataLoader
+
 from benchmarks.common import cpu_count
-from benchmarks.pipeline import CROP
-from torchloom import Compose, FolderDataset, HorizontalFlip, LoaderProfiler, RandomResizedCrop, collate, tune
+from benchmarks.pipeline import CROP, NaiveDataset
+from torchloom import (
+    Compose,
+    FolderDataset,
+    HorizontalFlip,
+    LoaderProfiler,
+    Normalize,
+    RandomResizedCrop,
+    collate,
+    tune,
+)
+from torchloom.demo import tiny_cnn
 from torchloom.loader.autotune import Trial, _build, _rate
 
 SLICE_S = 3.0
 BATCH = 64
+
+
+@dataclass
+class TrainingLoop:
+    name: str
+    samples_per_s: float
+    wait_share: float
+    verdict: str
 
 
 @dataclass
@@ -30,6 +51,7 @@ class TuneBench:
     best: Trial
     tune_s: float
     profiler_costs: tuple[float, float, float]
+    loops: list[TrainingLoop]
 
     @property
     def ratio(self) -> float:
@@ -124,4 +146,40 @@ def run_tune(root: str, rounds: int = 2, budget_s: float = 30.0) -> TuneBench:
     for _ in range(3):
         for trial in (chosen, best):
             trial.samples_per_s = max(trial.samples_per_s, measure(dataset, trial.setting, 1).samples_per_s)
-    return TuneBench(grid, chosen, best, tune_s, profiler_overhead(dataset, rounds=5))
+    loops = training_loops(root, result.best)
+    return TuneBench(grid, chosen, best, tune_s, profiler_overhead(dataset, rounds=5), loops)
+
+
+def training_loops(root: str, tuned: dict[str, Any], epochs: int = 1) -> list[TrainingLoop]:
+    """A tiny CNN on the CPU fed by the naive loader (2 workers) and by torchloom with ``tuned``
+    settings, each loop timed by LoaderProfiler (data-wait share, samples/s, verdict)."""
+    dataset = FolderDataset(
+        root, transform=Compose([RandomResizedCrop(CROP), HorizontalFlip()]), progress=False
+    )
+    naive = DataLoader(
+        NaiveDataset(dataset.index.paths.to_list(), dataset.targets.tolist()),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=2,
+        persistent_workers=True,
+    )
+    ours = _build(dataset, tuned, BATCH, collate, None)
+    normalize = Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    results = []
+    for name, loader in (("naive (PIL, float32, 2 workers)", naive), ("torchloom, tuned settings", ours)):
+        torch.manual_seed(0)
+        model = tiny_cnn(4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        profiler = LoaderProfiler(loader)
+        for _ in range(epochs):
+            for batch in profiler:
+                images, labels = (batch["image"], batch["label"]) if isinstance(batch, dict) else batch
+                if images.dtype == torch.uint8:
+                    images = normalize(images)
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        report = profiler.report()
+        results.append(TrainingLoop(name, report.samples_per_s, report.wait_share, report.verdict))
+    return results

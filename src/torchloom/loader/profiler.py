@@ -124,7 +124,10 @@ class LoaderProfiler:
                 busy_gpu = event is not None and not event.query()
                 timeline.waits.append(0.0 if busy_gpu else arrived - asked)
             if isinstance(batch, dict) and COLLATED_AT_KEY in batch:
-                timeline.handoffs.append(max(0.0, arrived - batch.pop(COLLATED_AT_KEY)))
+                # The hand-off the loop waited through: a batch that sat ready in the prefetch queue
+                # while the model ran cost the loop nothing.
+                in_transit = arrived - batch.pop(COLLATED_AT_KEY)
+                timeline.handoffs.append(max(0.0, min(in_transit, arrived - asked)))
             timeline.batches += 1
             timeline.samples += _count(batch)
             handed = time.perf_counter()

@@ -95,6 +95,8 @@ class ProfileReport:
 def advise(report: ProfileReport, loader: Any) -> tuple[str, str]:
     """The one-line verdict and the change most likely to help, with the measured reason."""
     shares = report.stage_shares()
+    if not any(report.stages.get(stage, 0.0) > 0 for stage in ("read", "decode", "transform")):
+        shares = {}  # not a torchloom dataset: its own stages were not timed, so no share is telling
     top = max(shares, key=lambda name: shares[name]) if shares else None
     where = f"; {top} is {shares[top]:.0%} of loading time" if top else ""
     if not report.data_bound:
