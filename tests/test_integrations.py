@@ -106,3 +106,19 @@ def test_a_worker_that_cannot_know_its_rank_says_so(tmp_path: Path, monkeypatch:
     stream = StreamDataset([str(tmp_path / "a.jsonl")])
     with pytest.raises(RuntimeError, match="cannot tell its rank inside a DataLoader worker"):
         list(DataLoader(stream, num_workers=1))
+
+
+def test_under_accelerates_batch_shard_the_sampler_yields_the_global_order() -> None:
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+
+    shares = []
+    for process in range(2):
+        sampler = BalancedSampler(LABELS, seed=0)
+        shard = BatchSamplerShard(BatchSampler(sampler, 4, False), num_processes=2, process_index=process)
+        shares.append([int(key) for batch in shard for key in batch])
+    order = BalancedSampler(LABELS, seed=0).global_order(0).tolist()
+    assert len(shares[0]) == len(shares[1]) == 48
+    assert Counter(order) - Counter(shares[0] + shares[1]) == Counter()
+    plain = BalancedSampler(LABELS, seed=0, rank=0, world_size=2)  # not under a shard: splits itself
+    assert len(list(plain)) == 45

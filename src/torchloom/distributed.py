@@ -128,9 +128,11 @@ def outer_batch_splitter() -> int | None:
         frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
             return None
+        # Only Accelerate's frames have their locals read (reading f_locals makes a snapshot).
+        if not str(frame.f_globals.get("__name__", "")).startswith("accelerate."):
+            continue
         owner = frame.f_locals.get("self")
-        kind = type(owner)
-        if kind.__name__ == "BatchSamplerShard" and kind.__module__.startswith("accelerate."):
+        if type(owner).__name__ == "BatchSamplerShard":
             processes = int(getattr(owner, "num_processes", 1))
             return processes if processes > 1 else None
     return None
