@@ -225,7 +225,13 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         """
         epoch = check_epoch(epoch)
         if self._loaded_epoch is not None and epoch < self.epoch:
-            return  # a checkpoint of a later epoch was loaded: it wins
+            warnings.warn(
+                f"{type(self).__name__}.set_epoch({epoch}) after loading a checkpoint of epoch {self.epoch}: "
+                f"the later epoch wins, so epoch {self.epoch} continues. Start your epoch loop at the "
+                "checkpoint's epoch to silence this.",
+                stacklevel=2,
+            )
+            return
         self._requested_epoch = epoch
         if epoch != self.epoch:
             self._start_epoch(epoch)
