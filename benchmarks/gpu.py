@@ -194,51 +194,33 @@ def main() -> None:
                 drop_last=True,
             )
             naive_loader = DataLoader(naive, **options)
-            ours_loader = DataLoader(dataset, collate_fn=collate, **options)
             rate, wait = train_rate(
                 forever(lambda loader=naive_loader: naive_batches(loader)), step, args.steps
             )
             rows.append(("naive (PIL, float32 in workers)", str(workers), rate, wait))
             print(rows[-1], flush=True)
-            rate, wait = train_rate(
-                forever(lambda loader=ours_loader: torchloom_batches(loader, normalize)), step, args.steps
-            )
-            rows.append(("torchloom (uint8, normalise on GPU)", str(workers), rate, wait))
-            print(rows[-1], flush=True)
-            threads = Loader(
-                dataset,
-                batch_size=args.batch,
-                shuffle=True,
-                num_threads=workers,
-                pin_memory=DEVICE == "cuda",
-                drop_last=True,
-            )
-            rate, wait = train_rate(
-                forever(lambda loader=threads: torchloom_batches(loader, normalize)), step, args.steps
-            )
-            rows.append(("torchloom Loader (threads in the training process)", str(workers), rate, wait))
-            print(rows[-1], flush=True)
-            for name, cached_loader in (
+
+            def threads(source: Any, workers: int = workers) -> Loader:
+                return Loader(
+                    source,
+                    batch_size=args.batch,
+                    shuffle=True,
+                    num_threads=workers,
+                    pin_memory=DEVICE == "cuda",
+                    drop_last=True,
+                )
+
+            for name, loader in (
+                ("torchloom (uint8, normalise on GPU)", DataLoader(dataset, collate_fn=collate, **options)),
+                ("torchloom Loader (threads in the training process)", threads(dataset)),
                 (
                     "torchloom DecodedCache, DataLoader workers",
                     DataLoader(cache, collate_fn=collate, **options),
                 ),
-                (
-                    "torchloom DecodedCache, Loader threads",
-                    Loader(
-                        cache,
-                        batch_size=args.batch,
-                        shuffle=True,
-                        num_threads=workers,
-                        pin_memory=DEVICE == "cuda",
-                        drop_last=True,
-                    ),
-                ),
+                ("torchloom DecodedCache, Loader threads", threads(cache)),
             ):
                 rate, wait = train_rate(
-                    forever(lambda loader=cached_loader: torchloom_batches(loader, normalize)),
-                    step,
-                    args.steps,
+                    forever(lambda loader=loader: torchloom_batches(loader, normalize)), step, args.steps
                 )
                 rows.append((name, str(workers), rate, wait))
                 print(rows[-1], flush=True)
