@@ -223,7 +223,7 @@ def test_stream_csv_codes_stay_text_and_bad_shards_are_named(tmp_path: Path) -> 
     ]
     bad = tmp_path / "b.csv"
     bad.write_text('code,count\n1,2\n3,4,5\n"unterminated\n')
-    with pytest.raises(ManifestError, match=r"shard .*b\.csv"):
+    with pytest.raises(ManifestError, match=r"shard .*b\.csv' line 3"):
         list(StreamDataset([str(bad)]))
     broken = tmp_path / "c.parquet"
     broken.write_bytes(b"PAR1 not really")
@@ -338,3 +338,10 @@ def test_a_window_with_a_skipped_step_is_skipped_whole(tmp_path: Path) -> None:
     assert isinstance(windows[0], dict) and windows[0]["image"].shape[0] == 2
     broken = windows[1]
     assert isinstance(broken, Skipped) and "step 2" in broken.reason
+
+
+def test_a_malformed_csv_manifest_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text("image,label\n0.jpg,cat\n1.jpg,dog,extra\n")
+    with pytest.raises(ManifestError, match=r"m\.csv' line 3"):
+        ManifestDataset(path, root=manifest_root(tmp_path, 2), fields=[Image("image")], progress=False)

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -51,7 +52,12 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
             convert = pa_csv.ConvertOptions(
                 column_types={name: pa.string() for name in string_columns}, strings_can_be_null=True
             )
-            return pa_csv.read_csv(text_path, parse_options=options, convert_options=convert)
+            try:
+                return pa_csv.read_csv(text_path, parse_options=options, convert_options=convert)
+            except pa.ArrowInvalid as exc:
+                with open(text_path, "rb") as handle:
+                    line = csv_problem_line(handle.read(), options.delimiter)
+                raise ManifestError(f"cannot read manifest {text_path!r}{line}: {exc}") from exc
         if suffix == ".json" and _starts_with_bracket(text_path):
             with open(text_path, encoding="utf-8-sig") as handle:
                 try:
@@ -85,6 +91,26 @@ def read_csv_as_text(source: io.BytesIO, delimiter: str = ",") -> pa.Table:
     source.seek(0)
     convert = pa_csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True)
     return pa_csv.read_csv(source, parse_options=parse, convert_options=convert)
+
+
+def csv_problem_line(data: bytes, delimiter: str = ",") -> str:
+    """Where a CSV that Arrow refused goes wrong, as ``" line N"`` (or ``""`` if Python's reader
+    finds nothing): the first row whose field count differs from the header's, or a quoting error.
+
+    Example:
+        >>> csv_problem_line(b"a,b\\n1,2\\n3,4,5\\n")
+        ' line 3'
+    """
+    text = data.decode("utf-8-sig", errors="replace").splitlines()
+    reader = csv.reader(text, delimiter=delimiter)
+    try:
+        header = next(reader, None)
+        for row in reader:
+            if header is not None and row and len(row) != len(header):
+                return f" line {reader.line_num}"
+    except csv.Error:
+        return f" line {reader.line_num}"
+    return ""
 
 
 def typed_text_columns(table: pa.Table) -> pa.Table:

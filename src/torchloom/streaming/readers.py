@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pa_parquet
 
 from torchloom.errors import ManifestError
-from torchloom.io.table import read_csv_as_text, require_regular_file, typed_text_columns
+from torchloom.io.table import csv_problem_line, read_csv_as_text, require_regular_file, typed_text_columns
 
 Reader = Callable[[str], Iterator[Any]]
 
@@ -58,7 +58,9 @@ def read_csv(shard: str) -> Iterator[dict[str, Any]]:
     try:
         table = read_csv_as_text(io.BytesIO(data))
     except (pa.ArrowException, ValueError) as exc:
-        raise ManifestError(f"shard {shard!r}: cannot read it as CSV ({exc})") from exc
+        raise ManifestError(
+            f"shard {shard!r}{csv_problem_line(data)}: cannot read it as CSV ({exc})"
+        ) from exc
     yield from typed_text_columns(table).to_pylist()
 
 
