@@ -100,6 +100,8 @@ def test_header_validation_of_a_huge_non_image_reads_a_bounded_prefix(tmp_path: 
     after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     refused, peak = after.stdout.split()
     assert refused == "True"
+    reason = check_image_file(str(huge), "full", max_pixels=1_000_000)  # not read: refused by its size
+    assert reason is not None and "larger than any image" in reason
     assert int(peak) - int(before.stdout) < 4 * MAX_HEADER_BYTES // (1 << 20) + 32, "MiB of extra memory"
 
 

@@ -17,7 +17,7 @@ from torchloom.buffers import BatchSlots
 from torchloom.errors import ConfigError, SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
 from torchloom.index import SampleIndex
-from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_bytes
+from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, max_file_bytes, probe_image, read_bytes
 from torchloom.seeding import SampleKey, rng_for_key
 from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform, check_transform, plan_transform
@@ -136,7 +136,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             decoded = self._preloaded
             image = decoded if transform is None else transform(decoded, rng)
         else:
-            data = read_bytes(path, inside=self.read_root)
+            data = read_bytes(path, inside=self.read_root, max_bytes=max_file_bytes(self.max_pixels))
             if clock is not None:
                 clock.add("read", time.perf_counter() - began)
                 began = time.perf_counter()

@@ -102,15 +102,34 @@ def check_inside(path: str | os.PathLike[str], root: str) -> None:
         raise UnsafeFileError(path, why)
 
 
-def read_bytes(path: str | os.PathLike[str], *, inside: str | None = None, limit: int | None = None) -> bytes:
+def max_file_bytes(max_pixels: int) -> int:
+    """The largest file an image within ``max_pixels`` can plausibly be: uncompressed 16-bit RGBA
+    plus room for metadata. Larger files are refused before they are read into memory."""
+    return max_pixels * 8 + (64 << 20)
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    inside: str | None = None,
+    limit: int | None = None,
+    max_bytes: int | None = None,
+) -> bytes:
     """Read a regular file (refusing FIFOs and devices); an empty file is a :class:`DecodeError`.
 
     ``inside``: a real folder the path must resolve into (checked at read time, so a symlink
     swapped in after validation is refused). ``limit``: read at most this many bytes.
+    ``max_bytes``: refuse a larger file (a :class:`DecodeError`) without reading it.
     """
     if inside is not None:
         check_inside(path, inside)
     with os.fdopen(open_regular(path), "rb") as handle:
+        if max_bytes is not None and limit is None:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise DecodeError(
+                    path, f"file is {size:,} bytes, larger than any image within max_pixels could be"
+                )
         data = handle.read() if limit is None else handle.read(limit)
     if not data:
         raise DecodeError(path, "file is empty (0 bytes)")
@@ -195,7 +214,8 @@ def read_image(
         >>> image.shape, image.dtype, int(image[0, 0, 2])
         ((4, 5, 3), dtype('uint8'), 7)
     """
-    return decode_image(read_bytes(path), path, min_size=min_size, max_pixels=max_pixels, orient=orient)
+    data = read_bytes(path, max_bytes=max_file_bytes(max_pixels))
+    return decode_image(data, path, min_size=min_size, max_pixels=max_pixels, orient=orient)
 
 
 def jpeg_scale_for(height: int, width: int, min_size: SizeLike | None) -> int:
