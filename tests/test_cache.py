@@ -132,7 +132,7 @@ def test_build_then_reuse_without_decoding(
         raise AssertionError("a valid cache was decoded again")
 
     monkeypatch.setattr(build_module, "decode_image", no_decoding)
-    monkeypatch.setattr(build_module, "probe_image", no_decoding)
+    monkeypatch.setattr(build_module, "probe_file", no_decoding)
     again = open_cache(dataset, tmp_path / "cache")
     assert not again.report.built
     for i in range(len(dataset)):  # JPEGs decoded by the same decoder at full size: exact

@@ -33,9 +33,10 @@ from torchloom import (
     WeightedSampler,
     collate,
 )
-from torchloom.errors import ManifestError, TransformError, UnsafeFileError
+from torchloom.errors import DecodeError, ManifestError, TransformError, UnsafeFileError
 from torchloom.faults import Skipped, SkippedSampleError
-from torchloom.index import MAX_HEADER_BYTES, check_image_file
+from torchloom.index import check_image_file
+from torchloom.io.image import MAX_HEADER_BYTES
 
 WORKERS = [0, 2]
 
@@ -102,6 +103,12 @@ def test_header_validation_of_a_huge_non_image_reads_a_bounded_prefix(tmp_path: 
     assert refused == "True"
     reason = check_image_file(str(huge), "full", max_pixels=1_000_000)  # not read: refused by its size
     assert reason is not None and "larger than any image" in reason
+    (tmp_path / "data" / "cat").mkdir(parents=True)
+    os.replace(huge, tmp_path / "data" / "cat" / "huge.jpg")
+    write_jpeg(tmp_path / "data" / "cat" / "ok.jpg")
+    dataset = FolderDataset(tmp_path / "data", validate="none", max_pixels=1_000_000, progress=False)
+    with pytest.raises(DecodeError, match="larger than any image"):
+        dataset.read_file(dataset.index.paths[0])
     assert int(peak) - int(before.stdout) < 4 * MAX_HEADER_BYTES // (1 << 20) + 32, "MiB of extra memory"
 
 

@@ -24,14 +24,15 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from torchloom.errors import ConfigError, DecodeError, SampleIndexError, ValidationFailedError
-from torchloom.io.image import DEFAULT_MAX_PIXELS, file_kind, probe_image, read_bytes, read_image
+from torchloom.io.image import (
+    DEFAULT_MAX_PIXELS,
+    file_kind,
+    probe_file,
+    read_image,
+)
 
 Validate = Literal["none", "exists", "header", "full"]
 VALIDATE_CHOICES = ("none", "exists", "header", "full")
-# Enough of a file to hold almost every image header; the rest is read only when needed.
-HEADER_PROBE_BYTES = 64 * 1024
-# The most a header validation reads from one file (a 1 GiB non-image costs no more than this).
-MAX_HEADER_BYTES = 4 * 1024 * 1024
 # Paths handed to one validation task: large enough to amortise scheduling, small for the bar.
 VALIDATION_CHUNK = 256
 # How many ignored files a report keeps by name (the count is always exact).
@@ -178,16 +179,7 @@ def check_image_file(path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PI
         if mode == "full":
             read_image(path, max_pixels=max_pixels)
             return None
-        head = read_bytes(path, limit=HEADER_PROBE_BYTES)
-        try:
-            probe_image(head, path, max_pixels=max_pixels)
-        except DecodeError:
-            if len(head) < HEADER_PROBE_BYTES:
-                raise  # the whole file was read: the header is bad
-            # Large metadata (EXIF thumbnails, ICC profiles) can push the size past the first
-            # block; look further, but never read more than a bounded prefix of the file.
-            head = read_bytes(path, limit=MAX_HEADER_BYTES)
-            probe_image(head, path, max_pixels=max_pixels)
+        probe_file(path, max_pixels=max_pixels)
         return None
     except Exception as exc:  # every failure is a reason to exclude the file, reported by name
         return exc.reason if isinstance(exc, DecodeError) else f"{type(exc).__name__}: {exc}"

@@ -33,8 +33,7 @@ from torchloom.cache.storage import CHANNELS, INPUTS_FILE, MARKER, ImageWriter, 
 from torchloom.datasets.base import IndexedDataset
 from torchloom.errors import DecodeError, EmptyDatasetError
 from torchloom.faults import Skipped
-from torchloom.index import HEADER_PROBE_BYTES, MAX_HEADER_BYTES
-from torchloom.io.image import decode_image, probe_image, read_bytes
+from torchloom.io.image import decode_image, probe_file
 
 #: Most samples handed to one thread task (fewer when there are few samples per thread).
 MAX_CHUNK = 64
@@ -125,22 +124,18 @@ def _record(skipped: Skipped) -> dict[str, Any]:
 
 def _final_shape(source: IndexedDataset, path: str, max_side: int | None) -> tuple[int, int, int]:
     """The shape sample ``path`` will have in the cache, from its header alone."""
-    head = read_bytes(path, inside=source.read_root, limit=HEADER_PROBE_BYTES)
-    try:
-        header = probe_image(head, path, max_pixels=source.max_pixels, orient=source.exif_orientation)
-    except DecodeError:
-        if len(head) < HEADER_PROBE_BYTES:
-            raise  # the whole file was read: the header is bad
-        head = read_bytes(path, inside=source.read_root, limit=MAX_HEADER_BYTES)  # large EXIF or ICC data
-        header = probe_image(head, path, max_pixels=source.max_pixels, orient=source.exif_orientation)
+    header = probe_file(
+        path, max_pixels=source.max_pixels, orient=source.exif_orientation, inside=source.read_root
+    )
     return (*scaled_size(header.height, header.width, max_side), CHANNELS)
 
 
 def _decode(
     source: IndexedDataset, path: str, shape: tuple[int, int, int], max_side: int | None
 ) -> np.ndarray:
-    """Decode ``path`` as ``source`` does (root check, orientation, pixel guard), shrunk to ``shape``."""
-    data = read_bytes(path, inside=source.read_root)
+    """Decode ``path`` as ``source`` does (root and size checks, orientation, pixel guard), shrunk
+    to ``shape``."""
+    data = source.read_file(path)
     height, width = shape[:2]
     image = decode_image(
         data,

@@ -123,6 +123,11 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             )
         return index
 
+    def read_file(self, path: str) -> bytes:
+        """An image file's bytes, read as this dataset reads them: inside ``read_root`` (when set),
+        regular files only, and no larger than an image within ``max_pixels`` can be."""
+        return read_bytes(path, inside=self.read_root, max_bytes=max_file_bytes(self.max_pixels))
+
     def load_image(self, path: str, rng: np.random.Generator, slot: Slot | None = None) -> torch.Tensor:
         """Read, decode (DCT-scaled when the transform plans for it) and transform one image.
 
@@ -136,7 +141,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             decoded = self._preloaded
             image = decoded if transform is None else transform(decoded, rng)
         else:
-            data = read_bytes(path, inside=self.read_root, max_bytes=max_file_bytes(self.max_pixels))
+            data = self.read_file(path)
             if clock is not None:
                 clock.add("read", time.perf_counter() - began)
                 began = time.perf_counter()

@@ -164,6 +164,39 @@ def probe_image(
     return header
 
 
+#: The first read of a header probe; most images declare their size well within it.
+HEADER_PROBE_BYTES = 64 * 1024
+#: The most a header probe reads from one file (a 1 GiB non-image costs no more than this).
+MAX_HEADER_BYTES = 4 * 1024 * 1024
+
+
+def probe_file(
+    path: str | os.PathLike[str],
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    orient: bool = True,
+    inside: str | None = None,
+) -> ImageHeader:
+    """:func:`probe_image` of a file, reading a bounded prefix: 64 KiB, then up to 4 MiB when large
+    metadata (EXIF thumbnails, ICC profiles) pushes the size past the first block.
+
+    Example:
+        >>> import numpy as np, simplejpeg, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.jpg")
+        >>> _ = open(path, "wb").write(simplejpeg.encode_jpeg(np.zeros((8, 16, 3), np.uint8)))
+        >>> probe_file(path).width
+        16
+    """
+    head = read_bytes(path, inside=inside, limit=HEADER_PROBE_BYTES)
+    try:
+        return probe_image(head, path, max_pixels=max_pixels, orient=orient)
+    except DecodeError:
+        if len(head) < HEADER_PROBE_BYTES:
+            raise  # the whole file was read: the header is bad
+        head = read_bytes(path, inside=inside, limit=MAX_HEADER_BYTES)
+        return probe_image(head, path, max_pixels=max_pixels, orient=orient)
+
+
 def decode_image(
     data: bytes,
     path: str | os.PathLike[str],
