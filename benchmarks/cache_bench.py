@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 
 from benchmarks.common import Measurement, interleave, loader_rate
 from benchmarks.memory import smaps_kib
-from benchmarks.pipeline import CROP, NaiveDataset
+from benchmarks.pipeline import CROP, NaiveDataset, paired_ratio
 from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, RandomResizedCrop, collate
 
 
@@ -39,8 +39,7 @@ class CacheResult:
 
     @property
     def ratio(self) -> float:
-        ratios = sorted(a / b for a, b in zip(self.cached.rates, self.naive.rates, strict=True))
-        return ratios[len(ratios) // 2]
+        return paired_ratio(self.cached, self.naive)
 
 
 def run_cache(

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from benchmarks.common import Measurement, chunks, count_items, interleave, loader_rate
-from benchmarks.pipeline import CROP, bare_work
+from benchmarks.pipeline import CROP, bare_work, paired_ratio
 from torchloom import Compose, FolderDataset, HorizontalFlip, Loader, RandomResizedCrop, collate
 
 
@@ -47,8 +47,7 @@ class LoaderResult:
     dataloader: Measurement
 
     def ratio(self, other: Measurement) -> float:
-        ratios = sorted(a / b for a, b in zip(self.loader.rates, other.rates, strict=True))
-        return ratios[len(ratios) // 2]
+        return paired_ratio(self.loader, other)
 
 
 def run_loader(root: str, threads: int, rounds: int = 5) -> LoaderResult:
