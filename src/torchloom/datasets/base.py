@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import time
@@ -72,13 +73,10 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
     def __len__(self) -> int:
         return len(self.index)
 
-    @property
+    @functools.cached_property
     def _fault_name(self) -> str:
         """How skipped samples name this dataset (its repr, computed once)."""
-        name = self.__dict__.get("_fault_name_cache")
-        if name is None:
-            name = self.__dict__["_fault_name_cache"] = repr(self)
-        return name
+        return repr(self)
 
     def __getitem__(self, key: int) -> dict[str, Any] | Skipped:
         return self._get(key, None)

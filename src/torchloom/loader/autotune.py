@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +30,8 @@ from tqdm.auto import tqdm
 
 from torchloom.collate import collate
 from torchloom.errors import ConfigError
-from torchloom.loader.loader import Loader
-from torchloom.loader.profiler import _count
+from torchloom.loader.loader import Loader, available_cores
+from torchloom.loader.profiler import count_samples
 
 # A worker's private memory at start-up beyond its parent's (torch's own growth, measured
 # ~30-70 MiB per worker on this project's machines); batches in flight come on top.
@@ -127,7 +126,7 @@ def tune(
     if budget_s <= 0:
         raise ConfigError(f"budget_s must be positive, got {budget_s}")
     collate_fn = collate_fn or collate
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = available_cores()
     top = max(0, min(cores, max_workers if max_workers is not None else cores))
     started = time.perf_counter()
     batch_bytes = _batch_bytes(dataset, batch_size, collate_fn)
@@ -243,7 +242,7 @@ def _rate(loader: Any, slice_s: float) -> tuple[float, float]:
         if first_at is None:
             first_at = now
             continue
-        seen += _count(batch)
+        seen += count_samples(batch)
         if now - first_at >= slice_s:
             break
     ended = time.perf_counter()

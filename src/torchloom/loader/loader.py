@@ -43,10 +43,14 @@ KEY_BATCHES = "batches"
 MAX_DEFAULT_THREADS = 8
 
 
+def available_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_threads() -> int:
     """One thread per core this process may use, at most :data:`MAX_DEFAULT_THREADS`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, MAX_DEFAULT_THREADS))
+    return max(1, min(available_cores(), MAX_DEFAULT_THREADS))
 
 
 class Loader(Resumable):

@@ -129,7 +129,7 @@ class LoaderProfiler:
                 in_transit = arrived - batch.pop(COLLATED_AT_KEY)
                 timeline.handoffs.append(max(0.0, min(in_transit, arrived - asked)))
             timeline.batches += 1
-            timeline.samples += _count(batch)
+            timeline.samples += count_samples(batch)
             handed = time.perf_counter()
             yield batch  # the training step runs while we are suspended here
             timeline.steps.append(time.perf_counter() - handed)
@@ -166,7 +166,7 @@ class LoaderProfiler:
         return None
 
 
-def _count(batch: Any) -> int:
+def count_samples(batch: Any) -> int:
     """Samples in a batch: the length of its first tensor (or list), else 1."""
     if isinstance(batch, dict):
         values = [value for key, value in batch.items() if key != "skipped"]
