@@ -41,7 +41,13 @@ SKIPS_LISTED = 20
 
 @dataclass
 class CacheReport:
-    """What opening a cache did, and the samples it holds no image for (skipped at build time)."""
+    """What opening a cache did, and the samples it holds no image for (skipped at build time).
+
+    Example:
+        >>> print(CacheReport(built=False, reason=None, samples=2, nbytes=2048, layout="fixed",
+        ...                   shape=(2, 16, 16, 3)))
+        cache reused: 2 samples, 2.0 KiB, fixed layout (2x16x16x3), 0 skipped
+    """
 
     built: bool
     reason: str | None
