@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import Dataset
 
 from benchmarks.common import Measurement, chunks, count_items, interleave, loader_rate
 from benchmarks.pipeline import CROP, bare_work, paired_ratio
@@ -27,7 +30,7 @@ def bare_thread_rate(paths: list[str], threads: int) -> list[float]:
     return [done / (time.perf_counter() - start)]
 
 
-def thread_loader_rate(dataset: FolderDataset, threads: int, epochs: int = 1) -> list[float]:
+def thread_loader_rate(dataset: Dataset[Any], threads: int, epochs: int = 1) -> list[float]:
     loader = Loader(dataset, batch_size=64, shuffle=True, num_threads=threads, prefetch=2)
     sum(count_items(batch) for _, batch in zip(range(2), loader, strict=False))  # warm the buffer pool
     rates = []

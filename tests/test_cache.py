@@ -27,6 +27,7 @@ from torchloom import (
     HorizontalFlip,
     Image,
     Label,
+    Lambda,
     ManifestDataset,
     Numeric,
     RandomResizedCrop,
@@ -53,6 +54,7 @@ from torchloom.cache.storage import META_FILE, read_meta, write_meta
 from torchloom.cli import main as cli_main
 from torchloom.io import read_image
 from torchloom.synthetic import PlantedFaults, synthetic_image, write_class_folders
+from torchloom.transforms import to_chw_tensor
 
 AUGMENT = Compose([RandomResizedCrop(24, scale=(0.3, 1.0)), HorizontalFlip()])
 
@@ -175,6 +177,37 @@ def test_deterministic_transform_and_batched_fetch_match_uncached(folders: Path,
     for position, key in enumerate(keys):  # a shrink too small for DCT scaling: exact
         assert torch.equal(batch["image"][position], dataset[key]["image"])
     assert batch["index"].tolist() == [4, 0, 9, 2]
+
+
+def test_reading_transforms_get_views_and_writing_ones_private_copies(folders: Path, tmp_path: Path) -> None:
+    def scribble(image: np.ndarray) -> np.ndarray:  # writes into its input, as user code may
+        image[:] = 7
+        return image
+
+    plain = FolderDataset(folders, progress=False)
+    cache = open_cache(plain, tmp_path / "cache")
+    expected = [cache[i]["image"].clone() for i in range(len(cache))]
+    keys = list(range(len(cache)))
+    reading = Compose([CenterCrop(32), HorizontalFlip(p=1.0)])
+    for transform, intact in ((reading, True), (Lambda(scribble), False)):
+        dataset = FolderDataset(folders, transform=transform, progress=False)
+        with open_cache(dataset, tmp_path / "cache") as transformed:
+            batch = collate(transformed.__getitems__(keys))
+            single = transformed[3]["image"]
+        single.fill_(1)  # a sample owns its memory, whatever the cache handed the transform
+        assert bool((batch["image"] == 7).all()) is not intact
+    with open_cache(plain, tmp_path / "cache") as again:  # the cache itself is untouched
+        assert all(torch.equal(again[i]["image"], expected[i]) for i in keys)
+
+
+def test_a_read_only_single_channel_array_becomes_a_tensor_of_its_own() -> None:
+    array = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when it wraps a read-only array
+        tensor = to_chw_tensor(array)
+    tensor.fill_(0)
+    assert array.sum() == 66 and tensor.shape == (1, 3, 4)
 
 
 def test_load_sample_hook_transforms_the_given_image_and_leaves_no_trace(folders: Path) -> None:

@@ -32,6 +32,7 @@ from torchloom.errors import ConfigError, SampleError, UsageError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
 from torchloom.timing import StageClock
+from torchloom.transforms.base import leaves_input_intact
 
 Location = Literal["disk", "memory"]
 LOCATIONS = ("disk", "memory")
@@ -268,7 +269,12 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         began = time.perf_counter()
         resolved = [self._resolve(key) for key in keys]
         cached = [index for index, _ in resolved if index not in self._failures]
-        images = iter(self._opened().read_many(cached))
+        store = self._opened()
+        # A transform that only reads gets views of the memory map; anything else a private copy.
+        if leaves_input_intact(self.source.transform):
+            images = iter([store.view(index) for index in cached])
+        else:
+            images = iter(store.read_many(cached))
         if clock is not None:
             clock.add("read", time.perf_counter() - began)
         return [

@@ -222,6 +222,13 @@ class ImageStore:
             return list(self._images[np.asarray(indices, dtype=np.int64)])
         return [self.read(index) for index in indices]
 
+    def view(self, index: int) -> np.ndarray:
+        """Image ``index`` as a read-only view of the memory map: no copy, for a reader that only reads."""
+        if self._images is not None:
+            return self._images[index].view(np.ndarray)
+        start, stop = int(self._offsets[index]), int(self._offsets[index + 1])
+        return self._blob[start:stop].view(np.ndarray).reshape(self.shape(index))
+
 
 def _load_array(folder: str, name: str) -> np.ndarray:
     try:

@@ -83,6 +83,22 @@ def check_transform(transform: Any) -> None:
         )
 
 
+def leaves_input_intact(transform: Any) -> bool:
+    """Whether ``transform`` never writes into the array it is given.
+
+    A cache may then hand it a read-only view of its memory map instead of a private copy.
+    Transforms declare it with a class attribute ``leaves_input_intact = True``; a
+    :class:`Compose` when all of its transforms do; anything else (a :class:`Lambda`, a user's
+    callable) is assumed to write in place.
+
+    Example:
+        >>> from torchloom.transforms import HorizontalFlip
+        >>> leaves_input_intact(Compose([HorizontalFlip()])), leaves_input_intact(Lambda(abs))
+        (True, False)
+    """
+    return bool(getattr(transform, "leaves_input_intact", False))
+
+
 def plan_transform(transform: Transform, height: int, width: int, rng: np.random.Generator) -> DecodePlan:
     """The transform's plan, or a plan that decodes at full size and calls it.
 
@@ -111,6 +127,11 @@ class Compose:
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = list(transforms)
+
+    @property
+    def leaves_input_intact(self) -> bool:
+        """True when every transform leaves its input intact (see :func:`leaves_input_intact`)."""
+        return all(leaves_input_intact(transform) for transform in self.transforms)
 
     def __call__(self, image: Any, rng: np.random.Generator) -> Any:
         for transform in self.transforms:

@@ -118,6 +118,8 @@ class RandomResizedCrop:
         (24, 32, 3)
     """
 
+    leaves_input_intact = True  # returns a new array or a view; never writes its input
+
     def __init__(
         self,
         size: int | tuple[int, int],
@@ -176,6 +178,8 @@ class Resize:
         (50, 100, 3)
     """
 
+    leaves_input_intact = True  # returns a new array or a view; never writes its input
+
     def __init__(self, size: int | tuple[int, int]) -> None:
         self.size = size
         as_size(size)
@@ -206,6 +210,8 @@ class CenterCrop:
         (4, 4, 3)
     """
 
+    leaves_input_intact = True  # returns a new array or a view; never writes its input
+
     def __init__(self, size: int | tuple[int, int]) -> None:
         self.size = as_size(size)
 
@@ -232,6 +238,8 @@ class HorizontalFlip:
         >>> HorizontalFlip(p=1.0)(np.array([[[1], [2]]]), np.random.default_rng(0)).ravel().tolist()
         [2, 1]
     """
+
+    leaves_input_intact = True  # returns a new array or a view; never writes its input
 
     def __init__(self, p: float = 0.5) -> None:
         if not 0.0 <= p <= 1.0:

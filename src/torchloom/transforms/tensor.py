@@ -48,6 +48,8 @@ def to_chw_tensor(image: Any) -> torch.Tensor:
         raise TransformError(f"the transform returned an array of shape {image.shape}; expected HWC or HW")
     if any(stride < 0 for stride in image.strides):
         image = np.ascontiguousarray(image)
+    if not image.flags.writeable:  # e.g. a view of a read-only cache: the tensor must own its memory
+        return torch.from_numpy(image.transpose(2, 0, 1).copy())
     # torch's permute + contiguous copies HWC -> CHW about 2x faster than numpy's transpose copy.
     return torch.from_numpy(image).permute(2, 0, 1).contiguous()
 
