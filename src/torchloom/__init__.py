@@ -29,6 +29,7 @@ from torchloom.datasets import (
     Text,
     WindowDataset,
 )
+from torchloom.diagnose.doctor import DoctorReport, diagnose
 from torchloom.errors import (
     DecodeError,
     EmptyDatasetError,
@@ -89,6 +90,7 @@ __all__ = [
     "DatasetReport",
     "DecodeError",
     "DecodedCache",
+    "DoctorReport",
     "EmptyDatasetError",
     "FaultPolicy",
     "FaultReport",
@@ -141,6 +143,7 @@ __all__ = [
     "WindowSampler",
     "__version__",
     "collate",
+    "diagnose",
     "read_image",
     "read_table",
     "sample_rng",

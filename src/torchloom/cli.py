@@ -18,6 +18,7 @@ from torchloom.cache import DecodedCache
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
 from torchloom.demo import DEMO_COUNTS, run_demo
+from torchloom.diagnose import doctor, prepare, show
 from torchloom.errors import TorchloomError
 from torchloom.loader.bench import run_bench
 
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument(
         "--workers", type=_positive_int, default=None, help="decoding threads (default: one per CPU)"
     )
+    for command in (doctor, prepare, show):
+        command.add_parser(commands)
     return parser
 
 
@@ -73,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchloom`` script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is not None:
+        status: int = handler(args)
+        return status
     if args.command == "bench":
         if not os.path.exists(args.data):
             parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")

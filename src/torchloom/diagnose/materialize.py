@@ -1,0 +1,94 @@
+"""Build ``OUT/<split>/<label>/<file>`` class folders from a split, by hard link or copy.
+
+File names are the raw files' base names. When two files would share a name in one folder
+(compared case-insensitively, so the layout also works on macOS and Windows), every one of them
+gets ``__`` and 16 hex digits of its relative path's hash before the extension: the result
+depends only on the set of files, never on their order.
+
+Hard links (``mode="link"``) cost no space but *are* the raw files: editing one edits the other.
+A link that the filesystem refuses (another device, no hard-link support) falls back to a copy,
+and the fallbacks are counted. The raw files are only read.
+
+Example:
+    >>> target_names(["a/x.jpg", "b/X.jpg", "c/y.jpg"])
+    ['x__04af37c1ac9f1396.jpg', 'X__5c0132dd75dba9e8.jpg', 'y.jpg']
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import posixpath
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from typing import Literal
+
+from torchloom.errors import ConfigError
+
+MaterializeMode = Literal["link", "copy"]
+#: Errors of ``os.link`` that mean "this filesystem cannot link here", so a copy is made instead.
+LINK_FALLBACK_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
+_SAFE_NAME_EXCLUDED = ("/", "\\", "\0")
+
+
+def check_folder_name(name: str, what: str) -> None:
+    """Refuse a label or split that cannot be one folder name (``..``, ``a/b``, empty).
+
+    Example:
+        >>> try:
+        ...     check_folder_name("../etc", "label")
+        ... except ConfigError as error:
+        ...     print(str(error)[:40])
+        label '../etc' cannot be a folder name (
+    """
+    if name in ("", ".", "..") or any(part in name for part in _SAFE_NAME_EXCLUDED):
+        raise ConfigError(
+            f"{what} {name!r} cannot be a folder name (empty, '.', '..', or holds / \\ or NUL); "
+            "rename it in the labels"
+        )
+
+
+def target_names(relative_paths: Sequence[str]) -> list[str]:
+    """The file name each file gets inside its ``<split>/<label>`` folder (module rule)."""
+    names = [posixpath.basename(path) for path in relative_paths]
+    taken = Counter(name.casefold() for name in names)
+    result = []
+    for path, name in zip(relative_paths, names, strict=True):
+        if taken[name.casefold()] > 1:
+            stem, extension = posixpath.splitext(name)
+            tag = hashlib.blake2b(path.encode("utf-8"), digest_size=8).hexdigest()
+            name = f"{stem}__{tag}{extension}"
+        result.append(name)
+    return result
+
+
+def materialize(sources: Sequence[str], targets: Sequence[str], *, mode: MaterializeMode) -> int:
+    """Link (or copy) each absolute ``sources[i]`` to ``targets[i]``; returns how many links fell
+    back to copies. Target folders are created; an existing target is an error."""
+    if mode not in ("link", "copy"):
+        raise ConfigError(f"Invalid mode={mode!r}; use 'link' or 'copy'")
+    lowered = Counter(os.path.normcase(target).casefold() for target in targets)
+    clash = next((target for target in targets if lowered[os.path.normcase(target).casefold()] > 1), None)
+    if clash is not None:
+        raise ConfigError(f"two files would be written to {clash!r}; rename one of the raw files")
+    copied = 0
+    made: set[str] = set()
+    for source, target in zip(sources, targets, strict=True):
+        folder = os.path.dirname(target)
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
+        real = os.path.realpath(source)
+        if mode == "copy":
+            shutil.copy2(real, target)
+            continue
+        try:
+            os.link(real, target)
+        except OSError as exc:
+            if exc.errno not in LINK_FALLBACK_ERRNOS:
+                raise
+            shutil.copy2(real, target)
+            copied += 1
+    return copied

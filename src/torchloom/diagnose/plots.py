@@ -1,0 +1,136 @@
+"""The doctor's PNG plots: classes per split, image sizes, and each duplicate pair side by side.
+
+matplotlib is an optional dependency (the ``plot`` extra): :func:`plots_available` says whether
+it can be imported; figures are drawn on matplotlib's Agg canvas without ``pyplot``, so no global
+backend state is touched.
+
+Example:
+    >>> plots_available() in (True, False)
+    True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from torchloom.errors import TorchloomError
+from torchloom.io.image import read_image
+
+#: Duplicate pairs drawn at most (leaks first); the report lists them all.
+MAX_PAIR_PLOTS = 24
+#: Width/height spreads above this ratio are drawn on log axes.
+LOG_SCALE_RATIO = 8.0
+
+
+def plots_available() -> bool:
+    """Whether matplotlib (``pip install torchloom[plot]``) is installed."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def write_plots(document: dict[str, Any], out: str, sizes: np.ndarray) -> list[str]:
+    """Draw the plots of a report document into ``out``; returns their paths relative to ``out``.
+
+    ``sizes`` holds the ``(height, width)`` of every readable image.
+    """
+    written = [_classes(document, os.path.join(out, "classes.png"))]
+    if len(sizes):
+        written.append(_sizes(sizes, os.path.join(out, "image_sizes.png")))
+    pairs = sorted(document["duplicates"]["pairs"], key=lambda pair: not pair["leak"])
+    if pairs:
+        os.makedirs(os.path.join(out, "duplicates"), exist_ok=True)
+    for number, pair in enumerate(pairs[:MAX_PAIR_PLOTS]):
+        written.append(_pair(pair, os.path.join(out, "duplicates", f"pair_{number:03d}.png")))
+    return [os.path.relpath(path, out) for path in written]
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _classes(document: dict[str, Any], path: str) -> str:
+    counts: dict[str, dict[str, int]] = document["classes"]["counts"]
+    classes: list[str] = document["data"]["classes"] or ["(no label)"]
+    splits = list(counts)
+    figure = _figure(max(6.0, 0.9 * len(classes) * max(1, len(splits)) + 2), 4.5)
+    axes = figure.add_subplot()
+    width = 0.8 / max(1, len(splits))
+    positions = np.arange(len(classes))
+    for k, split in enumerate(splits):
+        values = [counts[split].get(name, 0) for name in classes]
+        bars = axes.bar(positions + (k - (len(splits) - 1) / 2) * width, values, width, label=split)
+        axes.bar_label(bars, fontsize=8)
+    axes.set_xticks(
+        positions,
+        classes,
+        rotation=30 if len(classes) > 6 else 0,
+        ha="right" if len(classes) > 6 else "center",
+    )
+    axes.set_xlabel("class")
+    axes.set_ylabel("images")
+    ratio = document["classes"]["imbalance_ratio"]
+    title = "Images per class" + (f" (imbalance {ratio:.1f}:1, largest/smallest)" if ratio else "")
+    axes.set_title(title)
+    if len(splits) > 1:
+        axes.legend(title="split")
+    figure.savefig(path)
+    return path
+
+
+def _sizes(sizes: np.ndarray, path: str) -> str:
+    counted = Counter(map(tuple, sizes.tolist()))
+    heights = np.array([h for h, _ in counted], dtype=np.float64)
+    widths = np.array([w for _, w in counted], dtype=np.float64)
+    numbers = np.array(list(counted.values()), dtype=np.float64)
+    figure = _figure(6.0, 5.0)
+    axes = figure.add_subplot()
+    points = axes.scatter(
+        widths, heights, s=20 + 180 * np.sqrt(numbers / numbers.max()), alpha=0.6, c=numbers, cmap="viridis"
+    )
+    figure.colorbar(points, ax=axes, label="images of this size")
+    spread = max(widths.max() / widths.min(), heights.max() / heights.min())
+    if spread > LOG_SCALE_RATIO:
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+    axes.set_xlabel("width (pixels)")
+    axes.set_ylabel("height (pixels)")
+    axes.set_title(f"Image sizes: {len(sizes)} images, {len(counted)} distinct sizes")
+    axes.grid(alpha=0.3)
+    figure.savefig(path)
+    return path
+
+
+def _pair(pair: dict[str, Any], path: str) -> str:
+    figure = _figure(9.0, 5.0)
+    what = (
+        "identical bytes" if pair["exact"] else f"near duplicate: hashes {pair['distance']} of 64 bits apart"
+    )
+    verdict = "LEAK across splits" if pair["leak"] else "duplicate within a split"
+    figure.suptitle(f"{verdict} — {what}", fontsize=12, fontweight="bold")
+    for k, side in enumerate(("a", "b")):
+        axes = figure.add_subplot(1, 2, k + 1)
+        file = pair[side]
+        try:
+            image = read_image(file["path"])
+            axes.imshow(image)
+            label = f"{image.shape[1]}×{image.shape[0]}"
+        except (TorchloomError, OSError) as exc:
+            axes.text(0.5, 0.5, f"cannot show:\n{exc}", ha="center", va="center", wrap=True)
+            label = "unreadable"
+        axes.set_title(f"split: {file['split']} ({label})\n{_short(file['path'])}", fontsize=9)
+        axes.axis("off")
+    figure.savefig(path)
+    return path
+
+
+def _short(path: str, keep: int = 60) -> str:
+    return path if len(path) <= keep else "…" + path[-keep:]

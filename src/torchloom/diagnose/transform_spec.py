@@ -1,0 +1,98 @@
+"""Parse a transform written on the command line, safely: no ``eval``.
+
+A spec is a comma-separated list of calls, ``"RandomResizedCrop(224),HorizontalFlip()"``. It is
+parsed with :mod:`ast`; each call must name one of :data:`ALLOWED_TRANSFORMS` and pass only
+literals (numbers, strings, tuples, lists, ``None``, ``True``/``False``), positionally or by
+keyword. Anything else (attribute access, names, arithmetic, other functions) is refused with a
+:class:`ConfigError` that quotes the offending part and lists the allowed names.
+
+Example:
+    >>> transform = parse_transform_spec("Resize((32, 48)), HorizontalFlip(p=1.0)")
+    >>> import numpy as np
+    >>> transform(np.zeros((10, 10, 3), np.uint8), np.random.default_rng(0)).shape
+    (32, 48, 3)
+    >>> try:
+    ...     parse_transform_spec("Resize(224), __import__('os')")
+    ... except ConfigError as error:
+    ...     print(str(error).split(";")[0])
+    transform spec part "__import__('os')": '__import__' is not an allowed transform
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import Any
+
+from torchloom.errors import ConfigError
+from torchloom.transforms import CenterCrop, Compose, HorizontalFlip, RandomResizedCrop, Resize
+
+#: The transforms a spec may name: per-sample image transforms taking only literal settings.
+ALLOWED_TRANSFORMS: dict[str, Callable[..., Any]] = {
+    "CenterCrop": CenterCrop,
+    "HorizontalFlip": HorizontalFlip,
+    "RandomResizedCrop": RandomResizedCrop,
+    "Resize": Resize,
+}
+
+#: Largest output side a spec may ask for (a grid of previews, not a training pipeline).
+MAX_OUTPUT_SIDE = 4096
+
+
+def parse_transform_spec(spec: str) -> Compose | None:
+    """The :class:`torchloom.transforms.Compose` a spec describes (``None`` for an empty spec)."""
+    if not spec.strip():
+        return None
+    source = f"[{spec}]"
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError as exc:
+        raise ConfigError(
+            f"transform spec {spec!r} is not a comma-separated list of calls like "
+            f"'RandomResizedCrop(224),HorizontalFlip()' ({exc.msg} at column {max(0, (exc.offset or 1) - 2)})"
+        ) from None
+    body = tree.body
+    if not isinstance(body, ast.List):  # a spec like "1] + [2" closes the bracket itself
+        raise ConfigError(f"transform spec {spec!r} must be a comma-separated list of calls")
+    return Compose([_build(node, source) for node in body.elts])
+
+
+def _build(node: ast.expr, source: str) -> Any:
+    part = ast.get_source_segment(source, node) or ast.dump(node)
+    allowed = ", ".join(ALLOWED_TRANSFORMS)
+    if not isinstance(node, ast.Call):
+        raise ConfigError(
+            f'transform spec part "{part}" is not a call; write e.g. Resize(224); allowed: {allowed}'
+        )
+    if not isinstance(node.func, ast.Name) or node.func.id not in ALLOWED_TRANSFORMS:
+        name = node.func.id if isinstance(node.func, ast.Name) else ast.get_source_segment(source, node.func)
+        raise ConfigError(
+            f'transform spec part "{part}": {name!r} is not an allowed transform; allowed: {allowed}'
+        )
+    args = [_literal(argument, part, source) for argument in node.args]
+    kwargs = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            raise ConfigError(f'transform spec part "{part}": **kwargs are not allowed; name each argument')
+        kwargs[keyword.arg] = _literal(keyword.value, part, source)
+    try:
+        transform = ALLOWED_TRANSFORMS[node.func.id](*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f'transform spec part "{part}": {exc}') from None
+    size = getattr(transform, "size", None)
+    if size is not None and max(size if isinstance(size, tuple) else (size,)) > MAX_OUTPUT_SIDE:
+        raise ConfigError(f'transform spec part "{part}": sizes above {MAX_OUTPUT_SIDE} px are refused here')
+    return transform
+
+
+def _literal(node: ast.expr, part: str, source: str) -> Any:
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        text = ast.get_source_segment(source, node)
+        raise ConfigError(
+            f'transform spec part "{part}": argument {text!r} is not a literal (a number, string, tuple, '
+            "list, True/False or None)"
+        ) from None
+    # literal_eval gives tuples for "(1, 2)" and lists for "[1, 2]"; transforms take tuples
+    return tuple(value) if isinstance(value, list) else value
