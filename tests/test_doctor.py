@@ -194,3 +194,20 @@ def test_near_search_matches_brute_force(max_distance: int) -> None:
     assert {tuple(pair) for pair in hash_pairs(hashes, max_distance).tolist()} == expected
     with_copies = np.concatenate([hashes, hashes[:2]])
     assert len(near_pairs(with_copies, max_distance=max_distance)) == len(expected) + 2
+
+
+def test_same_grey_layout_in_other_colours_is_not_a_near_duplicate(tmp_path: Path) -> None:
+    # The grey hash alone pairs different pictures that share where light and dark lie; the
+    # colour thumbnail must keep them apart, while a re-encoded copy still pairs.
+    rng = np.random.default_rng(7)
+    layout = cv2.resize(rng.integers(0, 256, (8, 8), dtype=np.uint8), (96, 96), interpolation=cv2.INTER_CUBIC)
+    red = np.stack([layout, layout // 4, layout // 4], axis=2)
+    green = np.stack([layout // 4, layout, layout // 4], axis=2)
+    paths = []
+    for name, image, quality in (("red", red, 95), ("green", green, 95), ("red-copy", red, 60)):
+        path = tmp_path / f"{name}.jpg"
+        path.write_bytes(simplejpeg.encode_jpeg(np.ascontiguousarray(image), quality=quality))
+        paths.append(str(path))
+    facts = examine_files(paths)
+    assert int(hamming(facts.phash[0], facts.phash[1])) <= 10  # the hash alone would pair them
+    assert duplicate_groups(paths) == [[0, 2]]

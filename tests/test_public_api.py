@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,13 +45,40 @@ def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert sorted(namespace["mixed_batch"]) == [0, 0, 0, 0, 0, 0, 1, 1]  # type: ignore[arg-type]
 
 
-def test_demo_trains_and_reports_every_planted_fault() -> None:
+def test_demo_finds_what_it_planted_splits_without_leaks_and_trains(tmp_path: Path) -> None:
     result = run_demo(
-        counts=(40, 20, 8), image_size=64, crop_size=48, batch_size=16, num_workers=2, quiet=True
+        counts=(40, 20, 8),
+        image_size=64,
+        crop_size=48,
+        batch_size=16,
+        num_workers=2,
+        out=tmp_path,
+        quiet=True,
     )
-    assert result.samples_trained == 68
-    assert len(result.excluded) == 2 and len(result.skipped) == 2
-    assert result.images_per_second > 0 and result.final_loss == result.final_loss
+    assert result.leaks_found_before == result.leaks_planted == 2
+    assert result.broken_found == result.broken_planted == 3
+    assert result.leaks_found_after == 0
+    train = sum(result.split_counts["train"].values())
+    assert sum(result.split_counts["val"].values()) + train == 68 + 2  # the images and 2 planted copies
+    assert result.samples_trained == train and not result.skipped  # prepare kept broken files out
+    assert 0 <= result.wait_share <= 1 and result.final_loss == result.final_loss
+    report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    assert report["leaks_found_before"] == 2 and report["samples_trained"] == train
+    for name in ("first-batch.png", "doctor-given/classes.png", "doctor-prepared/report.json"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_demo_command_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    completed = subprocess.run(
+        [sys.executable, "-m", "torchloom", "demo", "--images", "80", "--workers", "0", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "LEAK" in completed.stdout and (out / "report.json").exists()
 
 
 def test_cli_rejects_too_few_images() -> None:

@@ -19,6 +19,7 @@ from torchloom.collate import (
 )
 from torchloom.datasets import (
     FolderDataset,
+    HyperspectralDataset,
     Image,
     Key,
     Label,
@@ -27,7 +28,10 @@ from torchloom.datasets import (
     Numeric,
     TableDataset,
     Text,
+    VideoClipDataset,
+    VolumeDataset,
     WindowDataset,
+    spatial_block_split,
 )
 from torchloom.diagnose.doctor import DoctorReport, diagnose
 from torchloom.errors import (
@@ -50,7 +54,16 @@ from torchloom.fusion import (
     TimeSync,
 )
 from torchloom.index import DatasetReport, SampleIndex, StringColumn
-from torchloom.io import read_image, read_table
+from torchloom.io import (
+    EnviCube,
+    Hdf5Cube,
+    HeaderError,
+    open_envi,
+    read_frames,
+    read_image,
+    read_table,
+    read_volume,
+)
 from torchloom.loader import Loader, LoaderProfiler, ProfileReport, TuneResult, tune
 from torchloom.samplers import (
     BalancedSampler,
@@ -64,20 +77,25 @@ from torchloom.seeding import SampleKey, sample_rng
 from torchloom.state import StateMismatchError
 from torchloom.streaming import StreamDataset
 from torchloom.transforms import (
+    PCA,
     CenterCrop,
     Compose,
     HorizontalFlip,
     Lambda,
     Normalize,
+    RandomBands,
     RandomResizedCrop,
     Resize,
+    SelectBands,
     ToTensor,
     TransformError,
+    WavelengthBands,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PCA",
     "AsList",
     "BalancedSampler",
     "BatchKeySampler",
@@ -92,10 +110,14 @@ __all__ = [
     "DecodedCache",
     "DoctorReport",
     "EmptyDatasetError",
+    "EnviCube",
     "FaultPolicy",
     "FaultReport",
     "FolderDataset",
+    "Hdf5Cube",
+    "HeaderError",
     "HorizontalFlip",
+    "HyperspectralDataset",
     "Image",
     "IndexSampler",
     "JoinError",
@@ -117,11 +139,13 @@ __all__ = [
     "PadSequences",
     "PathOutsideRootError",
     "ProfileReport",
+    "RandomBands",
     "RandomResizedCrop",
     "Resize",
     "SampleError",
     "SampleIndex",
     "SampleKey",
+    "SelectBands",
     "Skipped",
     "Stack",
     "StateMismatchError",
@@ -138,14 +162,21 @@ __all__ = [
     "TransformError",
     "TuneResult",
     "ValidationFailedError",
+    "VideoClipDataset",
+    "VolumeDataset",
+    "WavelengthBands",
     "WeightedSampler",
     "WindowDataset",
     "WindowSampler",
     "__version__",
     "collate",
     "diagnose",
+    "open_envi",
+    "read_frames",
     "read_image",
     "read_table",
+    "read_volume",
     "sample_rng",
+    "spatial_block_split",
     "tune",
 ]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from torchloom.cache import DecodedCache
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
-from torchloom.demo import DEMO_COUNTS, run_demo
+from torchloom.demo import DEFAULT_OUT, DEMO_COUNTS, run_demo
 from torchloom.diagnose import doctor, prepare, show
 from torchloom.errors import TorchloomError
 from torchloom.loader.bench import run_bench
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     demo.add_argument("--batch-size", type=int, default=64)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"folder for the report and plots (default ./{DEFAULT_OUT})"
+    )
     bench = commands.add_parser(
         "bench", help="measure DataLoader/Loader settings on your data, pick the fastest"
     )
@@ -107,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"--images must be at least {len(DEMO_COUNTS)}, got {args.images}")
         total = sum(DEMO_COUNTS)
         counts = [max(1, round(count * args.images / total)) for count in DEMO_COUNTS]
-        run_demo(counts=counts, batch_size=args.batch_size, num_workers=args.workers, seed=args.seed)
+        run_demo(
+            counts=counts, batch_size=args.batch_size, num_workers=args.workers, seed=args.seed, out=args.out
+        )
     return 0
 
 

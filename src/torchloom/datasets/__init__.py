@@ -2,14 +2,21 @@
 
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
 from torchloom.datasets.folder import IMAGE_EXTENSIONS, FolderDataset
+from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
 from torchloom.datasets.manifest import ManifestDataset
 from torchloom.datasets.mixed import MixedDataset
+from torchloom.datasets.spatial_split import spatial_block_split
 from torchloom.datasets.table import TableDataset
+from torchloom.datasets.video import VIDEO_EXTENSIONS, VideoClipDataset
+from torchloom.datasets.volume import VOLUME_EXTENSIONS, VolumeDataset
 from torchloom.datasets.window import WindowDataset, WindowIndex
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "VIDEO_EXTENSIONS",
+    "VOLUME_EXTENSIONS",
     "FolderDataset",
+    "HyperspectralDataset",
     "Image",
     "Key",
     "Label",
@@ -18,6 +25,10 @@ __all__ = [
     "Numeric",
     "TableDataset",
     "Text",
+    "VideoClipDataset",
+    "VolumeDataset",
     "WindowDataset",
     "WindowIndex",
+    "open_cube",
+    "spatial_block_split",
 ]

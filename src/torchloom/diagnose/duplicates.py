@@ -8,7 +8,10 @@ at most ``d // BANDS`` bits (pigeonhole). So each hash looks up, in each band's 
 keys within that small radius of its own, and only those candidates have their full distance
 checked. With ``d = 10`` that is 137 lookups per band, each of which finds about
 ``n / 65536`` random candidates: near-linear, not quadratic, for any realistic ``n``.
-Pairs join into groups by union-find (connected components).
+A hash match counts only when the images' colour thumbnails agree too
+(:func:`torchloom.diagnose.perceptual.thumbnail_difference`): the grey hash alone pairs different
+pictures that share a layout of light and dark. Pairs join into groups by union-find (connected
+components).
 
 Example:
     >>> import numpy as np, os, simplejpeg, tempfile
@@ -31,7 +34,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from torchloom.diagnose.examine import Examination, examine_files
-from torchloom.diagnose.perceptual import HASH_BITS, hamming
+from torchloom.diagnose.perceptual import (
+    HASH_BITS,
+    THUMBNAIL_MAX_DIFFERENCE,
+    hamming,
+    thumbnail_difference,
+)
 from torchloom.errors import ConfigError
 
 #: Two images whose perceptual hashes differ in at most this many of 64 bits are near duplicates.
@@ -65,6 +73,7 @@ def examination_groups(
     pairs = exact_pairs(facts.digest, facts.hashed)
     if near_max_distance is not None:
         near = near_pairs(facts.phash, facts.readable, max_distance=near_max_distance)
+        near = near[thumbnail_difference(facts.thumbnail, near) <= THUMBNAIL_MAX_DIFFERENCE]
         pairs = np.concatenate([pairs, near])
     return connected_groups(len(facts.paths), pairs)
 

@@ -33,7 +33,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from torchloom.diagnose.perceptual import phash
+from torchloom.diagnose.perceptual import THUMBNAIL_SIDE, colour_thumbnail, phash
 from torchloom.diagnose.quality import PIXEL_SCORES, is_grayscale, pixel_scores, shrink
 from torchloom.diagnose.terminal import Output
 from torchloom.errors import DecodeError, UnsafeFileError
@@ -118,6 +118,7 @@ class Examination:
     channel_square: np.ndarray
     scores: np.ndarray
     grayscale: np.ndarray
+    thumbnail: np.ndarray
 
     @classmethod
     def empty(cls, paths: Sequence[str]) -> Examination:
@@ -137,6 +138,7 @@ class Examination:
             channel_square=np.zeros((count, 3), dtype=np.float64),
             scores=np.full((count, len(PIXEL_SCORES)), np.nan, dtype=np.float32),
             grayscale=np.zeros(count, dtype=bool),
+            thumbnail=np.zeros((count, THUMBNAIL_SIDE, THUMBNAIL_SIDE, 3), dtype=np.uint8),
         )
 
     @property
@@ -182,6 +184,7 @@ class Examination:
         self.phash[i] = phash(image)
         self.scores[i] = pixel_scores(small)
         self.grayscale[i] = is_grayscale(small)
+        self.thumbnail[i] = colour_thumbnail(small)
 
 
 def examine_files(paths: Sequence[str], *, workers: int | None = None, progress: bool = False) -> Examination:

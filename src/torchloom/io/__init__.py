@@ -1,6 +1,38 @@
 """Readers, one format each."""
 
+from torchloom.io.cube import ArrayCube, CubeSource
+from torchloom.io.envi import EnviCube, open_envi, read_header, write_envi
+from torchloom.io.envi_header import EnviHeader, HeaderError
+from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
 from torchloom.io.table import read_table
+from torchloom.io.video import VideoClip, VideoHeader, probe_video, read_frames
+from torchloom.io.video_writer import write_video
+from torchloom.io.volume import VolumeHeader, probe_volume, read_volume
 
-__all__ = ["DEFAULT_MAX_PIXELS", "ImageHeader", "decode_image", "probe_image", "read_image", "read_table"]
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "ArrayCube",
+    "CubeSource",
+    "EnviCube",
+    "EnviHeader",
+    "Hdf5Cube",
+    "HeaderError",
+    "ImageHeader",
+    "VideoClip",
+    "VideoHeader",
+    "VolumeHeader",
+    "decode_image",
+    "open_envi",
+    "probe_image",
+    "probe_video",
+    "probe_volume",
+    "read_frames",
+    "read_hdf5_array",
+    "read_header",
+    "read_image",
+    "read_table",
+    "read_volume",
+    "write_envi",
+    "write_video",
+]

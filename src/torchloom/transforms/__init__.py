@@ -1,5 +1,6 @@
 """Per-sample transforms with an explicit rng, and batch normalisation."""
 
+from torchloom.transforms.bands import RandomBands, SelectBands, WavelengthBands
 from torchloom.transforms.base import (
     Compose,
     DecodePlan,
@@ -15,9 +16,11 @@ from torchloom.transforms.geometry import (
     Resize,
     TransformError,
 )
+from torchloom.transforms.pca import PCA
 from torchloom.transforms.tensor import Normalize, ToTensor, to_chw_tensor
 
 __all__ = [
+    "PCA",
     "CenterCrop",
     "Compose",
     "DecodePlan",
@@ -25,11 +28,14 @@ __all__ = [
     "Lambda",
     "Normalize",
     "PlannedTransform",
+    "RandomBands",
     "RandomResizedCrop",
     "Resize",
+    "SelectBands",
     "ToTensor",
     "Transform",
     "TransformError",
+    "WavelengthBands",
     "plan_transform",
     "to_chw_tensor",
 ]

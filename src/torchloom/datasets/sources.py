@@ -1,0 +1,267 @@
+"""Datasets of one file per sample: where they find their files, and the header probe that indexes them.
+
+A source is a folder (one sub-folder per class, as ImageFolder and UCF101 lay files out, or
+files directly in it, unlabelled), a manifest (a file :func:`torchloom.io.table.read_table`
+reads, or a pyarrow table) with a path column and an optional label column, or a list of
+paths. Manifest paths go through the same :class:`torchloom.Image` field compilation as
+:class:`torchloom.ManifestDataset` (paths must stay inside ``root``), labels through
+:class:`torchloom.Label`.
+
+Example:
+    >>> import os, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> for name in ("walk/a.avi", "run/b.avi", "run/notes.txt"):
+    ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+    ...     _ = open(os.path.join(root, name), "wb").write(b"x")
+    >>> found = find_files(root, extensions=(".avi",), report=DatasetReport())
+    >>> found.classes, [os.path.basename(p) for p in found.paths], found.labels.tolist()
+    (['run', 'walk'], ['b.avi', 'a.avi'], [0, 1])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.fields import FieldContext, Image, Label
+from torchloom.datasets.manifest import _load_manifest
+from torchloom.errors import DataError, DecodeError, EmptyDatasetError, MissingFileError
+from torchloom.faults import FaultPolicy
+from torchloom.index import Column, DatasetReport, SampleIndex, StringColumn, keep_valid, validate_files
+from torchloom.io.table import MANIFEST_SUFFIXES
+from torchloom.transforms.base import Transform
+
+Header = TypeVar("Header")
+Source: TypeAlias = str | os.PathLike[str] | pa.Table | Sequence[str | os.PathLike[str]]
+
+
+@dataclass
+class FoundFiles:
+    """The files of a source: paths, labels (``-1`` when unlabelled) and class names (or None)."""
+
+    paths: list[str]
+    labels: np.ndarray
+    classes: list[Any] | None
+    #: How the source is named in messages.
+    name: str
+    #: A real folder every read must resolve into (a manifest's root), or None.
+    read_root: str | None = None
+
+
+def find_files(
+    source: Source,
+    *,
+    extensions: Sequence[str],
+    report: DatasetReport,
+    path_column: str = "path",
+    label_column: str | None = "label",
+    root: str | os.PathLike[str] | None = None,
+    allow_outside_root: bool = False,
+) -> FoundFiles:
+    """The sample files of ``source`` (see the module docstring); what is left out goes to ``report``.
+
+    A manifest's rows with an empty path or label are left out and listed in ``report``; a
+    label column is optional (``label_column=None`` ignores it).
+    """
+    if isinstance(source, pa.Table) or _is_manifest(source):
+        return _from_manifest(source, report, path_column, label_column, root, allow_outside_root)
+    if isinstance(source, (str, os.PathLike)):
+        return _from_folder(os.fspath(source), tuple(e.lower() for e in extensions), report)
+    paths = [os.fspath(path) for path in source]
+    return FoundFiles(paths, np.full(len(paths), -1, np.int64), None, f"{len(paths)} paths")
+
+
+def _is_manifest(source: Source) -> bool:
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source).lower().endswith(MANIFEST_SUFFIXES)
+
+
+def _from_manifest(
+    manifest: str | os.PathLike[str] | pa.Table,
+    report: DatasetReport,
+    path_column: str,
+    label_column: str | None,
+    root: str | os.PathLike[str] | None,
+    allow_outside_root: bool,
+) -> FoundFiles:
+    table, name, root_path = _load_manifest(manifest, root, [path_column])
+    context = FieldContext(root_path, allow_outside_root)
+    # The Image field resolves any path column: joined to root, refused when it leaves root.
+    compiled = [Image(path_column, key="path").compile(table, context)]
+    if label_column is not None and label_column in table.column_names:
+        compiled.append(Label(label_column).compile(table, context))
+    reasons = np.full(table.num_rows, None, dtype=object)
+    for column in compiled:
+        for row, reason in column.invalid.items():
+            reasons[row] = reasons[row] or reason
+    all_paths: StringColumn = compiled[0].values
+    keep = keep_valid(reasons, lambda row: f"{name} row {row}", report, strict=False, what=name)
+    labelled = len(compiled) > 1
+    return FoundFiles(
+        [all_paths[int(row)] for row in keep],
+        compiled[1].values[keep] if labelled else np.full(len(keep), -1, np.int64),
+        compiled[1].classes if labelled else None,
+        name,
+        None if allow_outside_root else os.path.realpath(root_path),
+    )
+
+
+def _from_folder(root: str, extensions: tuple[str, ...], report: DatasetReport) -> FoundFiles:
+    if not os.path.isdir(root):
+        suffixes = ", ".join(MANIFEST_SUFFIXES)
+        raise MissingFileError(
+            f"{root!r} is neither a folder nor a manifest ({suffixes}); pass single files as a list of paths"
+        )
+    entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+    # Not is_file(): a FIFO or device named like a sample is listed, to be refused with a reason.
+    loose = [e.path for e in entries if not e.is_dir() and e.name.lower().endswith(extensions)]
+    if not classes:  # files directly in root: unlabelled samples
+        return FoundFiles(loose, np.full(len(loose), -1, np.int64), None, root)
+    for path in loose:
+        report.ignore(path, "file directly in root, not in a class folder")
+    paths: list[str] = []
+    labels: list[int] = []
+    for label, name in enumerate(classes):
+        found = _walk(os.path.join(root, name), extensions, report)
+        paths += found
+        labels += [label] * len(found)
+        if not found:
+            report.empty_classes.append(name)
+    return FoundFiles(paths, np.asarray(labels, dtype=np.int64), classes, root)
+
+
+def _walk(folder: str, extensions: tuple[str, ...], report: DatasetReport) -> list[str]:
+    """Files under ``folder`` with one of ``extensions`` (hidden folders skipped), sorted."""
+    found: list[str] = []
+
+    def unreadable(error: OSError) -> None:
+        report.invalid.append((str(error.filename), f"cannot list folder: {type(error).__name__}: {error}"))
+
+    for parent, subfolders, files in os.walk(folder, onerror=unreadable):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        for name in files:
+            path = os.path.join(parent, name)
+            if name.lower().endswith(extensions):
+                found.append(path)
+            else:
+                report.ignore(path, "extension not in extensions")
+    return sorted(found)
+
+
+def probe_files(
+    found: FoundFiles,
+    probe: Callable[[str], Header],
+    *,
+    report: DatasetReport,
+    strict: bool,
+    workers: int | None,
+    progress: bool,
+    what: str,
+) -> tuple[np.ndarray, list[Header]]:
+    """Probe every file in threads; return the rows that probed cleanly and their headers.
+
+    A file whose probe raises a data fault (:class:`DataError` or ``OSError``) is left out and
+    listed in ``report`` with the reason (``strict=True`` raises one error listing them all);
+    any other exception is a bug and propagates. No usable file is an :class:`EmptyDatasetError`.
+    """
+    headers: dict[str, Header] = {}
+
+    def check(path: str) -> str | None:
+        try:
+            headers[path] = probe(path)
+        except (DataError, OSError) as exc:
+            return exc.reason if isinstance(exc, DecodeError) and exc.path else f"{type(exc).__name__}: {exc}"
+        return None
+
+    reasons = validate_files(
+        found.paths, check, workers=workers, progress=progress, description=f"probing {what}"
+    )
+    keep = keep_valid(reasons, found.paths.__getitem__, report, strict=strict, what=f"{what} {found.name!r}")
+    if len(keep) == 0:
+        raise EmptyDatasetError(f"{what} {found.name!r} has no usable files:\n{report}")
+    return keep, [headers[found.paths[int(row)]] for row in keep]
+
+
+class ProbedFileDataset(IndexedDataset, Generic[Header]):
+    """Base of the datasets of one file per sample, each file's header probed at construction.
+
+    Finds the files of ``source`` (:func:`find_files`), probes them in threads with
+    :meth:`probe` (files that fail are left out and listed in :attr:`report`), and indexes the
+    paths, labels and the columns :meth:`header_columns` makes from the headers. Subclasses set
+    what ``probe`` needs before calling ``__init__`` and build samples with :meth:`labelled`.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        extensions: Sequence[str],
+        transform: Transform | None,
+        strict: bool,
+        on_error: str | FaultPolicy,
+        seed: int,
+        debug: bool,
+        path_column: str,
+        label_column: str | None,
+        root: str | os.PathLike[str] | None,
+        allow_outside_root: bool,
+        workers: int | None,
+        progress: bool,
+    ) -> None:
+        self.report = DatasetReport()
+        found = find_files(
+            source,
+            extensions=extensions,
+            report=self.report,
+            path_column=path_column,
+            label_column=label_column,
+            root=root,
+            allow_outside_root=allow_outside_root,
+        )
+        self.source_name = found.name
+        #: Class names (folder names or the label column's classes), or None when unlabelled.
+        self.classes = found.classes
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes or [])}
+        keep, headers = probe_files(
+            found,
+            lambda path: self.probe(path, found.read_root),
+            report=self.report,
+            strict=strict,
+            workers=workers,
+            progress=progress,
+            what=type(self).__name__,
+        )
+        columns: dict[str, Column] = dict(self.header_columns(headers))
+        index = SampleIndex(
+            StringColumn.from_strings(found.paths[int(row)] for row in keep), found.labels[keep], columns
+        )
+        super().__init__(index, transform=transform, on_error=on_error, seed=seed, debug=debug)
+        self.read_root = found.read_root
+
+    def probe(self, path: str, inside: str | None) -> Header:
+        """The header of ``path`` (a file that must resolve inside ``inside`` when given); raises a
+        data fault (``DataError`` or ``OSError``) when the file cannot be a sample."""
+        raise NotImplementedError
+
+    def header_columns(self, headers: list[Header]) -> Mapping[str, np.ndarray]:
+        """The index columns made from the headers of the kept files, one row per file."""
+        raise NotImplementedError
+
+    @property
+    def targets(self) -> np.ndarray:
+        """The label of every sample (``-1`` when unlabelled)."""
+        return self.index.labels
+
+    def labelled(self, sample: dict[str, Any], index: int, key: int) -> dict[str, Any]:
+        """``sample`` with ``"label"`` (when labels are known), ``"index"`` and ``"path"`` added."""
+        if self.classes is not None:
+            sample["label"] = int(self.index.labels[index])
+        sample["index"] = key
+        sample["path"] = self.index.paths[index]
+        return sample

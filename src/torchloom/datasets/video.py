@@ -1,0 +1,225 @@
+"""VideoClipDataset: fixed-length clips of frames taken from video files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+import numpy as np
+import torch
+
+from torchloom.datasets.base import Slot
+from torchloom.datasets.sources import ProbedFileDataset, Source
+from torchloom.errors import ConfigError, DataError, TransformError
+from torchloom.faults import FaultPolicy
+from torchloom.io.video import VideoHeader, probe_video, read_frames, slot_times, verify_video
+from torchloom.transforms.base import Transform
+
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv")
+Sampling = Literal["uniform", "random_segment"]
+SAMPLINGS = ("uniform", "random_segment")
+ShortClips = Literal["repeat_last", "loop", "drop"]
+SHORT_CLIPS = ("repeat_last", "loop", "drop")
+VIDEO_VALIDATE = ("header", "full")
+
+
+class VideoClipDataset(ProbedFileDataset[VideoHeader]):
+    """Clips of ``frames`` frames from video files, labelled by class folder or manifest column.
+
+    Sources: a folder of class folders (``root/<class>/<clip>.avi``, the UCF101 layout; or
+    videos directly in the folder, unlabelled), a manifest (CSV, JSON, JSONL, Parquet or a
+    pyarrow table) with ``path_column`` and, optionally, ``label_column``, or a list of paths.
+    Every file's header is probed at construction, in threads: durations, frame counts and
+    rates go into numpy arrays (:attr:`durations`, :attr:`frame_counts`, :attr:`rates`), and
+    files that do not probe are left out and listed in :attr:`report` (``strict=True`` raises).
+
+    A clip of ``n`` frames at rate ``r`` starting at ``s`` seconds is read on a grid of ``n``
+    frame slots, slot ``i`` at time ``s + (i + 0.5) / r``; each slot takes the frame on screen at
+    that time (presentation timestamps, so a variable-rate file reads correctly; on a
+    constant-rate file slot ``i`` is exactly frame ``i``). Sampling picks the slots:
+
+    - ``"uniform"``: ``round(linspace(0, n - 1, frames))``, the first and last frame and
+      ``frames - 2`` evenly between them (``frames=1``: the first); deterministic.
+    - ``"random_segment"``: slots ``start + stride * k`` for ``k < frames``, with ``start``
+      uniform in ``[0, n - span]`` (``span = (frames - 1) * stride + 1``) drawn from the
+      sample's generator: ``(seed, epoch, index)`` with a :class:`torchloom.SampleKey`.
+
+    A clip with fewer slots than the sampling needs (``frames`` for uniform, ``span`` for
+    random_segment) follows ``short``: ``"repeat_last"`` (default: the slots from 0, the last
+    frame repeated to fill the clip, as its repeated timestamps show), ``"loop"`` (slots wrap
+    around to the first frame) or ``"drop"`` (the file is left out at construction and listed
+    in :attr:`report`).
+
+    Samples are ``{"video": uint8 (T, 3, H, W) tensor, "label": int (when labels are known),
+    "index", "path", "timestamps": float64 (T,) tensor of the frames' times in seconds}``.
+    A corrupt or truncated file raises :class:`torchloom.errors.DecodeError` inside the fault
+    policy (``on_error="skip"`` skips it).
+
+    Args:
+        source: a folder, a manifest or a list of video paths.
+        frames: frames per clip (``T``).
+        sampling: ``"uniform"`` or ``"random_segment"`` (above).
+        stride: slots between consecutive frames of a random segment.
+        short: what a clip shorter than the sampling needs does (above).
+        transform: ``transform(frames, rng)`` on the ``uint8`` ``(T, H, W, 3)`` array; it returns
+            such an array or a ``(T, C, H, W)`` tensor. ``rng`` is the sample's generator, after
+            the segment start was drawn from it.
+        validate: ``"header"`` (default: probe each file's header) or ``"full"`` (decode every
+            frame at construction: catches truncated files, costs a full decode).
+        path_column, label_column, root, allow_outside_root: for a manifest source, as in
+            :class:`torchloom.ManifestDataset`; a missing label column means unlabelled samples.
+        Other arguments are as in :class:`torchloom.FolderDataset`.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.io.video_writer import write_video
+        >>> root = tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(root, "wave"))
+        >>> write_video(os.path.join(root, "wave", "a.avi"), np.zeros((20, 16, 16, 3), np.uint8), rate=10)
+        >>> clips = VideoClipDataset(root, frames=4, progress=False)
+        >>> sample = clips[0]
+        >>> sample["video"].shape, sample["label"], sample["timestamps"].tolist()
+        (torch.Size([4, 3, 16, 16]), 0, [0.0, 0.6, 1.3, 1.9])
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        frames: int = 16,
+        sampling: Sampling = "uniform",
+        stride: int = 1,
+        short: ShortClips = "repeat_last",
+        transform: Transform | None = None,
+        extensions: Sequence[str] = VIDEO_EXTENSIONS,
+        validate: Literal["header", "full"] = "header",
+        strict: bool = False,
+        on_error: str | FaultPolicy = "raise",
+        seed: int = 0,
+        debug: bool = False,
+        path_column: str = "path",
+        label_column: str | None = "label",
+        root: str | os.PathLike[str] | None = None,
+        allow_outside_root: bool = False,
+        workers: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        _check_config(frames, sampling, stride, short, validate)
+        self.frames, self.sampling, self.stride, self.short = frames, sampling, stride, short
+        self.validate = validate
+        super().__init__(
+            source,
+            extensions=extensions,
+            transform=transform,
+            strict=strict,
+            on_error=on_error,
+            seed=seed,
+            debug=debug,
+            path_column=path_column,
+            label_column=label_column,
+            root=root,
+            allow_outside_root=allow_outside_root,
+            workers=workers,
+            progress=progress,
+        )
+
+    def probe(self, path: str, inside: str | None) -> VideoHeader:
+        header = probe_video(path, inside=inside)  # cheap: probed again by verify_video when "full"
+        if self.short == "drop" and header.frames < self.needed_frames:
+            raise DataError(
+                f"the clip has {header.frames} frames, fewer than the {self.needed_frames} that "
+                f"frames={self.frames}, sampling={self.sampling!r}, stride={self.stride} need (short='drop')"
+            )
+        return verify_video(path, inside=inside) if self.validate == "full" else header
+
+    def header_columns(self, headers: list[VideoHeader]) -> dict[str, np.ndarray]:
+        return {
+            "frames": np.array([h.frames for h in headers], dtype=np.int64),
+            "duration": np.array([h.duration for h in headers], dtype=np.float64),
+            "rate": np.array([h.rate for h in headers], dtype=np.float64),
+            "start": np.array([h.start for h in headers], dtype=np.float64),
+        }
+
+    @property
+    def needed_frames(self) -> int:
+        """Frames a clip must hold to be sampled without repeats: ``frames`` or the segment span."""
+        if self.sampling == "uniform":
+            return self.frames
+        return (self.frames - 1) * self.stride + 1
+
+    @property
+    def frame_counts(self) -> np.ndarray:
+        """Frames of every clip (declared, or duration × rate when the container stores none)."""
+        return self._numbers("frames")
+
+    @property
+    def durations(self) -> np.ndarray:
+        """Duration of every clip in seconds."""
+        return self._numbers("duration")
+
+    @property
+    def rates(self) -> np.ndarray:
+        """Average frame rate of every clip (frames per second)."""
+        return self._numbers("rate")
+
+    def _numbers(self, name: str) -> np.ndarray:
+        return cast(np.ndarray, self.index.columns[name])
+
+    def slots(self, index: int, rng: np.random.Generator) -> np.ndarray:
+        """The frame slots clip ``index`` takes (see the class docstring); draws from ``rng``
+        only for ``"random_segment"``."""
+        count = int(self.frame_counts[index])
+        steps = np.arange(self.frames, dtype=np.int64)
+        if self.sampling == "uniform":
+            if count >= self.frames:
+                return np.round(np.linspace(0, count - 1, self.frames)).astype(np.int64)
+        else:
+            steps *= self.stride
+            span = int(steps[-1]) + 1
+            if count >= span:
+                return int(rng.integers(0, count - span + 1)) + steps
+        return steps % count if self.short == "loop" else np.minimum(steps, count - 1)
+
+    def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
+        path = self.index.paths[index]
+        rng = self.rng(key)
+        start, rate = float(self._numbers("start")[index]), float(self.rates[index])
+        clip = read_frames(path, slot_times(start, rate, self.slots(index, rng)), inside=self.read_root)
+        video = clip.frames if self.transform is None else self.transform(clip.frames, rng)
+        return self.labelled(
+            {"video": _to_tchw(video), "timestamps": torch.from_numpy(clip.timestamps)}, index, key
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoClipDataset({self.source_name!r}, {len(self)} clips, frames={self.frames}, "
+            f"sampling={self.sampling!r})"
+        )
+
+
+def _check_config(frames: int, sampling: str, stride: int, short: str, validate: str) -> None:
+    if not isinstance(frames, int) or frames < 1:
+        raise ConfigError(f"frames must be a positive int, got frames={frames!r}")
+    if not isinstance(stride, int) or stride < 1:
+        raise ConfigError(f"stride must be a positive int, got stride={stride!r}")
+    if sampling not in SAMPLINGS:
+        raise ConfigError(f"Invalid sampling={sampling!r}; must be one of {SAMPLINGS}")
+    if short not in SHORT_CLIPS:
+        raise ConfigError(f"Invalid short={short!r}; must be one of {SHORT_CLIPS}")
+    if validate not in VIDEO_VALIDATE:
+        raise ConfigError(f"Invalid validate={validate!r}; must be one of {VIDEO_VALIDATE}")
+
+
+def _to_tchw(video: Any) -> torch.Tensor:
+    """A transform's result as a ``(T, C, H, W)`` tensor: THWC arrays are permuted and copied."""
+    if isinstance(video, torch.Tensor):
+        return video
+    if not isinstance(video, np.ndarray) or video.ndim != 4:
+        shape = getattr(video, "shape", None)
+        raise TransformError(
+            f"the transform returned {type(video).__name__} {shape}, but a clip must be a (T, H, W, C) "
+            "array or a (T, C, H, W) tensor; make the transform return one (a bug in the pipeline, "
+            "not in the data, so no fault policy skips it)"
+        )
+    return torch.from_numpy(np.ascontiguousarray(video)).permute(0, 3, 1, 2).contiguous()

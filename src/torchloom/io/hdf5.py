@@ -1,0 +1,248 @@
+"""HDF5 cubes through h5py (``pip install torchloom[hdf5]``), opened lazily in each process.
+
+An :class:`Hdf5Cube` reads its file's metadata once at construction, then closes it. Reads open
+the file on first use in each process (the handle is kept with the process id, so a forked
+DataLoader worker opens its own instead of sharing its parent's) and slice the h5py dataset: a
+patch reads only the chunks it covers, never the whole cube. The handle is never pickled, so the
+cube travels to workers under fork, spawn and forkserver alike. A truncated, corrupt or non-HDF5
+file is a :class:`DecodeError` naming it.
+
+Example:
+    >>> import h5py, numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "scene.h5")
+    >>> with h5py.File(path, "w") as f:
+    ...     _ = f.create_dataset("cube", data=np.arange(24, dtype=np.int16).reshape(2, 3, 4))
+    >>> cube = Hdf5Cube(path)
+    >>> cube.shape, cube.read(rows=slice(1, 2), cols=slice(2, 3), bands=[3, 1]).tolist()
+    ((2, 3, 4), [[[23, 21]]])
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+
+from torchloom.errors import ConfigError, DecodeError
+from torchloom.io.cube import Bands, band_indices, check_window, native
+from torchloom.io.image import open_regular
+
+Layout = Literal["HWC", "CHW"]
+LAYOUTS = ("HWC", "CHW")
+#: Dataset attributes read as the bands' wavelengths, and as their units (first found wins).
+WAVELENGTH_ATTRIBUTES = ("wavelength", "wavelengths")
+WAVELENGTH_UNIT_ATTRIBUTES = ("wavelength units", "wavelength_units")
+#: numpy kinds a cube may hold: bool, integers, floats and complex numbers.
+NUMERIC_KINDS = "biufc"
+#: Names listed when the requested dataset is not in the file.
+NAMES_LISTED = 20
+
+
+def require_h5py() -> ModuleType:
+    """Import h5py, or say how to install it.
+
+    Example:
+        >>> require_h5py().__name__
+        'h5py'
+    """
+    try:
+        return importlib.import_module("h5py")
+    except ImportError as exc:
+        raise ImportError(
+            "reading HDF5 needs h5py: pip install torchloom[hdf5] (or pip install h5py)"
+        ) from exc
+
+
+def open_hdf5(path: str) -> Any:
+    """Open ``path`` read-only with h5py; refuse non-regular files, name the file on failure."""
+    h5py = require_h5py()
+    os.close(open_regular(path))  # refuses a FIFO or a device before HDF5 opens it
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise DecodeError(path, f"not a readable HDF5 file; truncated or corrupt? (h5py: {exc})") from exc
+
+
+def hdf5_dataset(handle: Any, path: str, name: str) -> Any:
+    """The h5py dataset ``name`` of the open file ``handle``; a missing one names those that exist."""
+    h5py = require_h5py()
+    try:
+        found = handle[name]
+    except (KeyError, ValueError) as exc:
+        names: list[str] = []
+        handle.visititems(lambda key, item: names.append(key) if isinstance(item, h5py.Dataset) else None)
+        raise DecodeError(
+            path, f"has no dataset {name!r}; its datasets are {names[:NAMES_LISTED]} (pass dataset=...)"
+        ) from exc
+    if not isinstance(found, h5py.Dataset):
+        raise DecodeError(path, f"{name!r} is a group, not a dataset (pass the dataset's full name)")
+    return found
+
+
+def read_hdf5_array(path: str | os.PathLike[str], name: str) -> np.ndarray:
+    """Read a whole (small) dataset, e.g. a label mask, into memory.
+
+    Example:
+        >>> import h5py, numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.h5")
+        >>> with h5py.File(path, "w") as f:
+        ...     _ = f.create_dataset("labels", data=np.eye(2, dtype=np.uint8))
+        >>> read_hdf5_array(path, "labels").tolist()
+        [[1, 0], [0, 1]]
+    """
+    path = os.fspath(path)
+    with open_hdf5(path) as handle:
+        dataset = hdf5_dataset(handle, path, name)
+        try:
+            return np.asarray(dataset[()])
+        except OSError as exc:
+            raise DecodeError(
+                path, f"cannot read dataset {name!r}: truncated or corrupt? (h5py: {exc})"
+            ) from exc
+
+
+class Hdf5Cube:
+    """A 3-D dataset of an HDF5 file as a cube of ``(lines, samples, bands)``.
+
+    Args:
+        path: the HDF5 file.
+        dataset: the dataset's name in the file.
+        layout: how the dataset's axes are stored: ``"HWC"`` (default) or ``"CHW"`` (bands first).
+
+    Wavelengths are read from the dataset's ``wavelength`` (or ``wavelengths``) attribute, and
+    their units from ``wavelength units``, when present.
+
+    Example:
+        >>> import h5py, numpy as np, os, pickle, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "chw.h5")
+        >>> with h5py.File(path, "w") as f:
+        ...     f.create_dataset("x", data=np.arange(12.0).reshape(3, 2, 2)).attrs["wavelength"] = [1, 2, 3]
+        >>> cube = pickle.loads(pickle.dumps(Hdf5Cube(path, "x", layout="CHW")))
+        >>> cube.shape, cube.wavelengths.tolist(), cube.read(rows=slice(0, 1), cols=slice(1, 2)).tolist()
+        ((2, 2, 3), [1.0, 2.0, 3.0], [[[1.0, 5.0, 9.0]]])
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], dataset: str = "cube", *, layout: Layout = "HWC"
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError(
+                f"Invalid layout={layout!r}; must be one of {LAYOUTS} (how the axes are stored)"
+            )
+        self._path = os.fspath(path)
+        self.dataset = dataset
+        self.layout = layout
+        self._handle: tuple[int, Any, Any] | None = None  # (pid, file, dataset) of this process
+        with open_hdf5(self._path) as handle:
+            stored = hdf5_dataset(handle, self._path, dataset)
+            if stored.dtype.kind not in NUMERIC_KINDS:
+                raise DecodeError(self._path, f"dataset {dataset!r} holds {stored.dtype}, not numbers")
+            if stored.ndim != 3 or 0 in stored.shape:
+                raise DecodeError(
+                    self._path, f"dataset {dataset!r} has shape {stored.shape}; a cube needs 3 non-empty axes"
+                )
+            shape = tuple(int(size) for size in stored.shape)
+            self._shape = (
+                (shape[1], shape[2], shape[0]) if layout == "CHW" else (shape[0], shape[1], shape[2])
+            )
+            self._dtype = native(stored.dtype)
+            self._wavelengths, self.wavelength_units = _wavelength_attributes(
+                stored, self._path, self._shape[2]
+            )
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def wavelengths(self) -> np.ndarray | None:
+        return self._wavelengths
+
+    def read(self, rows: slice | None = None, cols: slice | None = None, bands: Bands = None) -> np.ndarray:
+        """The window ``rows × cols`` (slices, clipped to the cube) of ``bands`` as a new HWC array.
+
+        A band list is read as the range it spans, then picked from in memory (h5py's own list
+        selection is slow and needs increasing indices).
+        """
+        rows, cols = check_window(rows, cols)
+        lines, samples, count = self.shape
+        row_range = range(*rows.indices(lines))
+        col_range = range(*cols.indices(samples))
+        chosen = band_indices(bands, count)
+        picked = None
+        if isinstance(chosen, slice):
+            band_range = range(*chosen.indices(count))
+        else:
+            low = int(chosen.min()) if chosen.size else 0
+            band_range = range(low, int(chosen.max()) + 1 if chosen.size else 0)
+            picked = chosen - low
+        size = (len(row_range), len(col_range), len(picked) if picked is not None else len(band_range))
+        out = np.empty(size, dtype=self.dtype)
+        if 0 in size:
+            return out
+        spans = [slice(r.start, r.stop, r.step) for r in (row_range, col_range, band_range)]
+        try:
+            if self.layout == "CHW":
+                window = self._stored()[spans[2], spans[0], spans[1]].transpose(1, 2, 0)
+            else:
+                window = self._stored()[spans[0], spans[1], spans[2]]
+        except OSError as exc:
+            raise DecodeError(
+                self._path, f"cannot read {self.dataset!r}: truncated or corrupt? (h5py: {exc})"
+            ) from exc
+        out[...] = window if picked is None else window[:, :, picked]
+        return out
+
+    def _stored(self) -> Any:
+        """This process's h5py dataset, opening the file on first use here."""
+        pid = os.getpid()
+        if self._handle is None or self._handle[0] != pid:
+            handle = open_hdf5(self._path)
+            self._handle = (pid, handle, hdf5_dataset(handle, self._path, self.dataset))
+        return self._handle[2]
+
+    def close(self) -> None:
+        """Close this process's handle (the next read reopens it)."""
+        if self._handle is not None and self._handle[0] == os.getpid():
+            self._handle[1].close()
+        self._handle = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_handle"] = None  # h5py handles do not pickle; each process opens its own
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"Hdf5Cube({self.path!r}, dataset={self.dataset!r}, shape={self.shape}, layout={self.layout!r})"
+        )
+
+
+def _wavelength_attributes(stored: Any, path: str, bands: int) -> tuple[np.ndarray | None, str | None]:
+    attributes = stored.attrs
+    name = next((key for key in WAVELENGTH_ATTRIBUTES if key in attributes), None)
+    units = next((attributes[key] for key in WAVELENGTH_UNIT_ATTRIBUTES if key in attributes), None)
+    if isinstance(units, bytes):
+        units = units.decode("utf-8", "replace")
+    if name is None:
+        return None, None if units is None else str(units)
+    try:
+        values = np.asarray(attributes[name], dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(path, f"attribute {name!r} does not hold numbers ({exc})") from exc
+    if values.shape != (bands,) or not np.isfinite(values).all():
+        raise DecodeError(
+            path, f"attribute {name!r} holds {values.size} values for {bands} bands, or a non-finite one"
+        )
+    return values, None if units is None else str(units)

@@ -1,0 +1,233 @@
+"""Read 3D volumes from ``.npy`` and ``.npz`` files, memory-mapped where the bytes allow it.
+
+A ``.npy`` file and a *stored* (uncompressed) ``.npz`` member are memory-mapped read-only:
+nothing is read until pages are touched, so cropping a region reads only that region. An npz
+member's data lies at the member's local header offset plus the local header and npy header
+lengths, which :func:`probe_volume` finds with :mod:`zipfile` (``np.load`` of an npz never
+memory-maps). A *compressed* member (``np.savez_compressed``) must be inflated: it is read
+whole, within ``max_bytes``. Shape and dtype come from the npy header, checked without reading
+data: object (pickled), structured and non-numeric dtypes are refused, and a file holding fewer
+bytes than its header declares is a truncated file. Every failure is a :class:`DecodeError`
+naming the file; FIFOs and devices are refused before they are opened.
+
+Example:
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "ct.npy")
+    >>> np.save(path, np.arange(24, dtype=np.int16).reshape(2, 3, 4))
+    >>> header = probe_volume(path)
+    >>> header.shape, header.dtype, header.memmappable
+    ((2, 3, 4), dtype('int16'), True)
+    >>> volume = read_volume(path)
+    >>> type(volume).__name__, int(volume[1, 2, 3])
+    ('memmap', 23)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+from typing import IO, BinaryIO
+
+import numpy as np
+
+from torchloom.errors import DecodeError
+from torchloom.io.image import check_inside, open_regular
+
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+#: Compressed members are inflated into memory; larger ones are refused.
+DEFAULT_MAX_VOLUME_BYTES = 8 << 30
+#: dtype kinds a volume may have: bool, signed, unsigned, float, complex.
+VOLUME_KINDS = "biufc"
+# A zip local file header: signature, versions, flags, method, time, date, crc, sizes, name and
+# extra field lengths (the last two say where the member's data starts).
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+_NPY_HEADER_LIMIT = 10_000
+_EMPTY = "file is empty (0 bytes)"
+
+
+@dataclass(frozen=True)
+class VolumeHeader:
+    """A volume's shape and dtype, and where its bytes are.
+
+    ``offset`` is the data's position in the file when it can be memory-mapped (a ``.npy`` or a
+    stored npz member), else ``-1``; ``member`` is the npz member name (None for ``.npy``).
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+    offset: int
+    member: str | None = None
+
+    @property
+    def memmappable(self) -> bool:
+        return self.offset >= 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def probe_volume(
+    path: str | os.PathLike[str], *, key: str | None = None, inside: str | None = None
+) -> VolumeHeader:
+    """Read a ``.npy`` file's or an npz member's header, checking it against the file's size.
+
+    ``key``: the npz member (``"image"`` or ``"image.npy"``); None takes the only member.
+    ``inside``: a real folder the path must resolve into (checked when the file is opened).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "scan.npz")
+        >>> np.savez_compressed(path, image=np.zeros((4, 5, 6), np.float32), mask=np.zeros(3))
+        >>> header = probe_volume(path, key="image")
+        >>> header.shape, header.member, header.memmappable
+        ((4, 5, 6), 'image.npy', False)
+    """
+    with _open(path, inside) as handle:
+        return _probe_open(path, handle, key)
+
+
+def read_volume(
+    path: str | os.PathLike[str],
+    *,
+    key: str | None = None,
+    inside: str | None = None,
+    max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
+) -> np.ndarray:
+    """A volume as a read-only array: an ``np.memmap`` for ``.npy`` and stored npz members, an
+    array read whole for compressed members (refused beyond ``max_bytes``).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "scan.npz")
+        >>> np.savez(path, np.ones((2, 3, 4), np.uint8))
+        >>> volume = read_volume(path)
+        >>> isinstance(volume, np.memmap), volume.shape, int(volume.sum())
+        (True, (2, 3, 4), 24)
+    """
+    with _open(path, inside) as handle:
+        header = _probe_open(path, handle, key)
+        if header.nbytes == 0:
+            return np.empty(header.shape, header.dtype, order="F" if header.fortran_order else "C")
+        if header.memmappable:
+            return np.memmap(
+                handle,
+                dtype=header.dtype,
+                mode="r",
+                offset=header.offset,
+                shape=header.shape,
+                order="F" if header.fortran_order else "C",
+            )
+        if header.nbytes > max_bytes:
+            raise DecodeError(
+                path,
+                f"member {header.member!r} is compressed and declares {header.nbytes:,} bytes, more than "
+                f"max_bytes={max_bytes:,}; save it uncompressed (np.savez) to memory-map it, "
+                "or raise max_bytes",
+            )
+        return _read_compressed(path, handle, header)
+
+
+def _open(path: str | os.PathLike[str], inside: str | None) -> BinaryIO:
+    if inside is not None:
+        check_inside(path, inside)
+    return os.fdopen(open_regular(path), "rb")
+
+
+def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, key: str | None) -> VolumeHeader:
+    magic = handle.read(len(NPY_MAGIC))
+    handle.seek(0)
+    size = os.fstat(handle.fileno()).st_size
+    if magic.startswith(NPY_MAGIC):
+        shape, fortran, dtype = _npy_header(path, handle)
+        header = VolumeHeader(shape, dtype, fortran, handle.tell())
+        _check_size(path, header, size - header.offset, "the file")
+        return header
+    if magic[:4] in ZIP_MAGICS:
+        try:
+            return _npz_header(path, handle, key, size)
+        except (zipfile.BadZipFile, zlib.error, EOFError, struct.error) as exc:
+            raise DecodeError(path, f"broken npz archive ({type(exc).__name__}: {exc})") from exc
+    raise DecodeError(path, "not a .npy or .npz file (no NUMPY or zip signature)" if magic else _EMPTY)
+
+
+def _npy_header(path: str | os.PathLike[str], handle: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype from an npy header, refusing what is not a numeric volume."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle, _NPY_HEADER_LIMIT)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle, _NPY_HEADER_LIMIT)
+        else:
+            raise DecodeError(path, f"npy format version {version} is not supported (1.0 and 2.0 are)")
+    except (ValueError, EOFError) as exc:
+        raise DecodeError(path, f"invalid npy header ({exc})") from exc
+    if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in VOLUME_KINDS:
+        raise DecodeError(path, f"dtype {dtype} is not a volume's: bool, int, uint, float or complex")
+    return tuple(int(n) for n in shape), bool(fortran), dtype
+
+
+def _check_size(path: str | os.PathLike[str], header: VolumeHeader, available: int, where: str) -> None:
+    if available < header.nbytes:
+        raise DecodeError(
+            path,
+            f"{where} holds {max(available, 0):,} data bytes, but its header declares {header.shape} "
+            f"{header.dtype} ({header.nbytes:,} bytes): it is truncated",
+        )
+
+
+def _npz_header(path: str | os.PathLike[str], handle: BinaryIO, key: str | None, size: int) -> VolumeHeader:
+    with zipfile.ZipFile(handle) as archive:
+        info = _member(path, archive, key)
+        if info.flag_bits & 0x1:
+            raise DecodeError(path, f"member {info.filename!r} is encrypted")
+        if info.compress_type != zipfile.ZIP_STORED:
+            with archive.open(info) as member:
+                shape, fortran, dtype = _npy_header(path, member)
+                header = VolumeHeader(shape, dtype, fortran, -1, info.filename)
+                _check_size(path, header, info.file_size - member.tell(), f"member {info.filename!r}")
+                return header
+    handle.seek(info.header_offset)
+    local = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
+    if local[0] != b"PK\x03\x04":
+        raise DecodeError(path, f"member {info.filename!r} has no local zip header where the directory says")
+    start = info.header_offset + _LOCAL_HEADER.size + local[9] + local[10]
+    handle.seek(start)
+    shape, fortran, dtype = _npy_header(path, handle)
+    header = VolumeHeader(shape, dtype, fortran, handle.tell(), info.filename)
+    available = min(info.file_size, size - start) - (header.offset - start)
+    _check_size(path, header, available, f"member {info.filename!r}")
+    return header
+
+
+def _member(path: str | os.PathLike[str], archive: zipfile.ZipFile, key: str | None) -> zipfile.ZipInfo:
+    names = archive.namelist()
+    if key is None:
+        if len(names) != 1:
+            raise DecodeError(path, f"the npz holds {len(names)} arrays {names[:10]}; pass key= to pick one")
+        return archive.getinfo(names[0])
+    for name in (key, f"{key}.npy"):
+        if name in names:
+            return archive.getinfo(name)
+    raise DecodeError(path, f"the npz holds no array {key!r}; it holds {names[:10]}")
+
+
+def _read_compressed(path: str | os.PathLike[str], handle: BinaryIO, header: VolumeHeader) -> np.ndarray:
+    try:
+        with zipfile.ZipFile(handle) as archive, archive.open(str(header.member)) as member:
+            _npy_header(path, member)
+            data = member.read(header.nbytes)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        raise DecodeError(path, f"member {header.member!r} does not inflate ({why})") from exc
+    if len(data) < header.nbytes:
+        why = f"ends after {len(data):,} of {header.nbytes:,} bytes"
+        raise DecodeError(path, f"member {header.member!r} {why}: it is truncated")
+    array = np.frombuffer(data, dtype=header.dtype)
+    return array.reshape(header.shape, order="F") if header.fortran_order else array.reshape(header.shape)
