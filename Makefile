@@ -26,8 +26,19 @@ lint: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest -q
 
-bench: $(STAMP)
-	$(PYTHON) -m pip install -q -e '.[bench]'
+# LitData pulls torchvision (only a CUDA build works here) and downgrades python-dateutil, so it
+# lives in a venv of its own that benchmarks/peers_bench.py calls by subprocess.
+PEERS := .venv-peers/.installed
+
+$(PEERS):
+	python3 -m venv .venv-peers
+	.venv-peers/bin/pip install -q torch==2.13.0
+	echo torch==2.13.0 > .venv-peers/constraints.txt
+	.venv-peers/bin/pip install -q -c .venv-peers/constraints.txt litdata
+	touch $(PEERS)
+
+bench: $(STAMP) $(PEERS)
+	$(PYTHON) -m pip install -q -e '.[bench,peers]'
 	$(PYTHON) -m benchmarks.run --out BENCHMARKS.md
 
 clean:

@@ -14,19 +14,23 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from benchmarks.collate_bench import BATCH, ROUNDS, run_collate
 from benchmarks.common import cpu_count
+from benchmarks.doctor_bench import doctor_section
 from benchmarks.fast_path import cache_section, loader_section, tune_section
+from benchmarks.hyperspectral_bench import hyperspectral_section
 from benchmarks.memory import ROWS, run_memory
+from benchmarks.peers_bench import peers_section
 from benchmarks.pipeline import PipelineResult, as_rows, run_pipeline
 from benchmarks.sampler_bench import INDICES, run_samplers
 from benchmarks.timesync_bench import ONLINE_ROUNDS, ONLINE_TICKS, TICKS, run_timesync
 from benchmarks.timesync_bench import ROUNDS as SYNC_ROUNDS
+from benchmarks.video_bench import video_section
 from torchloom.synthetic import write_class_folders
 
 GOALS = {
@@ -266,15 +270,28 @@ def timesync_section() -> str:
     return "\n".join(lines)
 
 
+SECTIONS: dict[str, Callable[[bool], str]] = {
+    "pipeline": lambda quick: pipeline_section(quick)[0],
+    "memory": memory_section,
+    "collate": lambda quick: collate_section(),
+    "samplers": lambda quick: sampler_section(),
+    "timesync": lambda quick: timesync_section(),
+    "loader": lambda quick: loader_section(quick, markdown_table),
+    "cache": lambda quick: cache_section(quick, markdown_table),
+    "tune": lambda quick: tune_section(quick, markdown_table),
+    "peers": lambda quick: peers_section(quick, markdown_table),
+    "doctor": doctor_section,
+    "hyperspectral": lambda quick: hyperspectral_section(quick, markdown_table),
+    "video": lambda quick: video_section(quick, markdown_table),
+}
+"""Every section of BENCHMARKS.md, in order: ``--only NAME`` re-measures one."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="BENCHMARKS.md")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument(
-        "--only",
-        choices=["pipeline", "memory", "collate", "samplers", "timesync", "loader", "cache", "tune"],
-        default=None,
-    )
+    parser.add_argument("--only", choices=list(SECTIONS), default=None)
     args = parser.parse_args()
     header = [
         "# torchloom benchmarks",
@@ -291,22 +308,11 @@ def main() -> None:
         "",
     ]
     sections = []
-    if args.only in (None, "pipeline"):
-        sections.append(pipeline_section(args.quick)[0])
-    if args.only in (None, "memory"):
-        sections.append(memory_section(args.quick))
-    if args.only in (None, "collate"):
-        sections.append(collate_section())
-    if args.only in (None, "samplers"):
-        sections.append(sampler_section())
-    if args.only in (None, "timesync"):
-        sections.append(timesync_section())
-    if args.only in (None, "loader"):
-        sections.append(loader_section(args.quick, markdown_table))
-    if args.only in (None, "cache"):
-        sections.append(cache_section(args.quick, markdown_table))
-    if args.only in (None, "tune"):
-        sections.append(tune_section(args.quick, markdown_table))
+    for name, section in SECTIONS.items():
+        if args.only in (None, name):
+            started = time.perf_counter()
+            sections.append(section(args.quick))
+            print(f"section {name}: {time.perf_counter() - started:.0f} s", flush=True)
     gpu = os.path.join(os.path.dirname(os.path.abspath(args.out)), "benchmarks", "GPU.md")
     if os.path.exists(gpu):
         with open(gpu, encoding="utf-8") as handle:

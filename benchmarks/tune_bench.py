@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 
 from benchmarks.common import cpu_count
@@ -29,11 +30,25 @@ from torchloom import (
     collate,
     tune,
 )
-from torchloom.demo import tiny_cnn
 from torchloom.loader.autotune import Trial, _build, _rate
 
 SLICE_S = 3.0
 BATCH = 64
+
+
+def tiny_cnn(num_classes: int) -> nn.Module:
+    """Three strided convolutions, global pooling and a linear head: a step cheap enough to be fed."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
+    )
 
 
 @dataclass
