@@ -250,10 +250,16 @@ class HyperspectralDataset(IndexedDataset):
                 if self.guard:
                     keep &= ~touches_other_split(splits[number], self.split, patch_size)
             rows, cols = np.nonzero(keep)
+            labels = mask[rows, cols].astype(np.int64)
+            if len(labels) and int(labels.min()) < 0:
+                raise ConfigError(
+                    f"masks= for cube {self.cubes[number].path!r} labels pixels with "
+                    f"{int(labels.min())}; labels must be >= 0 (a negative label cannot index "
+                    f"classes): set ignore_label= to the value of unlabelled pixels "
+                    f"(now {self.ignore_label})"
+                )
             cube = np.full(len(rows), number, np.int32)
-            parts.append(
-                (cube, rows.astype(np.int32), cols.astype(np.int32), mask[rows, cols].astype(np.int64))
-            )
+            parts.append((cube, rows.astype(np.int32), cols.astype(np.int32), labels))
         cube, rows, cols, labels = (np.concatenate(column) for column in zip(*parts, strict=True))
         if len(labels) == 0:
             raise EmptyDatasetError(

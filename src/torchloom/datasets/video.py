@@ -22,6 +22,10 @@ SAMPLINGS = ("uniform", "random_segment")
 ShortClips = Literal["repeat_last", "loop", "drop"]
 SHORT_CLIPS = ("repeat_last", "loop", "drop")
 VIDEO_VALIDATE = ("header", "full")
+#: The most frames one clip may take: each is decoded into memory (1,000 1080p frames are ~6 GB).
+MAX_CLIP_FRAMES = 10_000
+#: The longest span ``(frames - 1) × stride`` of a clip, in frames (keeps slot arithmetic in int64).
+MAX_CLIP_SPAN = 1 << 40
 
 
 class VideoClipDataset(ProbedFileDataset[VideoHeader]):
@@ -199,10 +203,19 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
 
 
 def _check_config(frames: int, sampling: str, stride: int, short: str, validate: str) -> None:
-    if not isinstance(frames, int) or frames < 1:
-        raise ConfigError(f"frames must be a positive int, got frames={frames!r}")
-    if not isinstance(stride, int) or stride < 1:
-        raise ConfigError(f"stride must be a positive int, got stride={stride!r}")
+    for name, value in (("frames", frames), ("stride", stride)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive int, got {name}={value!r}")
+    if frames > MAX_CLIP_FRAMES:
+        raise ConfigError(
+            f"frames={frames} is more than {MAX_CLIP_FRAMES:,} frames per clip, whose decoded arrays would "
+            "not fit in memory; take fewer frames (or a larger stride)"
+        )
+    if (frames - 1) * stride > MAX_CLIP_SPAN:
+        raise ConfigError(
+            f"frames={frames} with stride={stride} spans {(frames - 1) * stride:,} frames, more than any "
+            f"video holds (at most {MAX_CLIP_SPAN:,} here); use a smaller stride"
+        )
     if sampling not in SAMPLINGS:
         raise ConfigError(f"Invalid sampling={sampling!r}; must be one of {SAMPLINGS}")
     if short not in SHORT_CLIPS:

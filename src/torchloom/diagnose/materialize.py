@@ -31,6 +31,8 @@ MaterializeMode = Literal["link", "copy"]
 #: Errors of ``os.link`` that mean "this filesystem cannot link here", so a copy is made instead.
 LINK_FALLBACK_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
 _SAFE_NAME_EXCLUDED = ("/", "\\", "\0")
+#: The longest file or folder name (in UTF-8 bytes) common filesystems (ext4, APFS, NTFS) accept.
+MAX_NAME_BYTES = 255
 
 
 def check_folder_name(name: str, what: str) -> None:
@@ -48,6 +50,11 @@ def check_folder_name(name: str, what: str) -> None:
             f"{what} {name!r} cannot be a folder name (empty, '.', '..', or holds / \\ or NUL); "
             "rename it in the labels"
         )
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"{what} {name[:40]!r}... is longer than a folder name may be ({MAX_NAME_BYTES} bytes); "
+            "shorten it in the labels"
+        )
 
 
 def target_names(relative_paths: Sequence[str]) -> list[str]:
@@ -59,6 +66,8 @@ def target_names(relative_paths: Sequence[str]) -> list[str]:
         if taken[name.casefold()] > 1:
             stem, extension = posixpath.splitext(name)
             tag = hashlib.blake2b(path.encode("utf-8"), digest_size=8).hexdigest()
+            room = MAX_NAME_BYTES - len(f"__{tag}{extension}".encode("utf-8", "surrogateescape"))
+            stem = stem.encode("utf-8", "surrogateescape")[: max(room, 1)].decode("utf-8", "ignore")
             name = f"{stem}__{tag}{extension}"
         result.append(name)
     return result

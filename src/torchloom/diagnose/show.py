@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if not os.path.exists(args.data):
             raise ConfigError(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(folder) or os.path.isdir(args.out):
+            raise ConfigError(
+                f"--out {args.out!r} must be a file path in an existing folder; create {folder!r} first"
+            )
     except ConfigError as exc:
         print(f"torchloom show: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -109,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         rows, columns = draw_grid(tiles, args.out, title=title)
     except TorchloomError as exc:
         print(f"torchloom show: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except OSError as exc:  # the grid could not be written (permissions, disk full)
+        print(f"torchloom show: cannot write --out {args.out!r}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_PROBLEMS
     print(f"wrote {args.out}: {len(tiles)} tile(s) in {rows} row(s) × {columns} column(s)")
     return EXIT_PROBLEMS if failed or invalid else EXIT_CLEAN

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,8 @@ ALLOWED_TRANSFORMS: dict[str, Callable[..., Any]] = {
 
 #: Largest output side a spec may ask for (a grid of previews, not a training pipeline).
 MAX_OUTPUT_SIDE = 4096
+#: The values a literal argument may hold, alone or as the items of a flat tuple or list.
+_SCALARS = (int, float, str, type(None))
 
 
 def parse_transform_spec(spec: str) -> Compose | None:
@@ -74,15 +77,28 @@ def _build(node: ast.expr, source: str) -> Any:
     for keyword in node.keywords:
         if keyword.arg is None:
             raise ConfigError(f'transform spec part "{part}": **kwargs are not allowed; name each argument')
+        if keyword.arg in kwargs:
+            raise ConfigError(f'transform spec part "{part}": {keyword.arg}= is given twice')
         kwargs[keyword.arg] = _literal(keyword.value, part, source)
+    if node.func.id != "HorizontalFlip" and (args or "size" in kwargs):
+        _check_size(args[0] if args else kwargs["size"], part)
     try:
-        transform = ALLOWED_TRANSFORMS[node.func.id](*args, **kwargs)
-    except (TypeError, ValueError) as exc:
+        return ALLOWED_TRANSFORMS[node.func.id](*args, **kwargs)
+    except (TypeError, ValueError, LookupError) as exc:
         raise ConfigError(f'transform spec part "{part}": {exc}') from None
-    size = getattr(transform, "size", None)
-    if size is not None and max(size if isinstance(size, tuple) else (size,)) > MAX_OUTPUT_SIDE:
+
+
+def _check_size(size: Any, part: str) -> None:
+    """Refuse a size that is not whole pixels (one side or ``(height, width)``) up to ``MAX_OUTPUT_SIDE``."""
+    sides = size if isinstance(size, tuple) else (size,)
+    whole = all(isinstance(side, int) and not isinstance(side, bool) for side in sides)
+    if not whole or len(sides) not in (1, 2) or (isinstance(size, tuple) and len(sides) != 2):
+        raise ConfigError(
+            f'transform spec part "{part}": size {size!r} must be a whole number of pixels or a '
+            "(height, width) pair of them, e.g. 224 or (224, 160)"
+        )
+    if max(sides) > MAX_OUTPUT_SIDE:  # sizes below 1 are refused by the transform itself
         raise ConfigError(f'transform spec part "{part}": sizes above {MAX_OUTPUT_SIDE} px are refused here')
-    return transform
 
 
 def _literal(node: ast.expr, part: str, source: str) -> Any:
@@ -94,5 +110,13 @@ def _literal(node: ast.expr, part: str, source: str) -> Any:
             f'transform spec part "{part}": argument {text!r} is not a literal (a number, string, tuple, '
             "list, True/False or None)"
         ) from None
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    finite = all(not isinstance(item, float) or math.isfinite(item) for item in items)
+    if not finite or not all(isinstance(item, _SCALARS) for item in items):
+        text = ast.get_source_segment(source, node)
+        raise ConfigError(
+            f'transform spec part "{part}": argument {text!r} must be a finite number, a string, True/False, '
+            "None, or a flat tuple or list of those"
+        )
     # literal_eval gives tuples for "(1, 2)" and lists for "[1, 2]"; transforms take tuples
     return tuple(value) if isinstance(value, list) else value

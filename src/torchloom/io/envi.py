@@ -50,7 +50,11 @@ def read_header(path: str | os.PathLike[str]) -> EnviHeader:
         >>> read_header(path).dtype.str
         '<f4'
     """
-    return parse_header(read_bytes(path, max_bytes=MAX_HEADER_BYTES), path)
+    try:
+        data = read_bytes(path, max_bytes=MAX_HEADER_BYTES)
+    except FileNotFoundError as exc:
+        raise MissingFileError(f"ENVI header {os.fspath(path)!r} does not exist; check the path") from exc
+    return parse_header(data, path)
 
 
 class EnviCube:
@@ -128,6 +132,7 @@ class EnviCube:
         rows, cols = check_window(rows, cols)
         chosen = band_indices(bands, self.shape[2])
         stored = self.memmap
+        _check_not_shrunk(self.header, self._path)
         if self.interleave == "bsq":
             window = stored[chosen, rows, cols].transpose(1, 2, 0)
         elif self.interleave == "bil":
@@ -190,6 +195,21 @@ def check_data_size(header: EnviHeader, data_path: str) -> None:
             f"holds {actual:,} bytes, but its header {header.path!r} declares {expected:,} "
             f"(header offset {header.header_offset} + {lines} lines × {samples} samples × {bands} bands × "
             f"{header.dtype.itemsize} bytes); the file is truncated or the header does not describe it",
+        )
+
+
+def _check_not_shrunk(header: EnviHeader, data_path: str) -> None:
+    """Refuse to touch the map of a data file cut short since it was mapped: reading past a mapped
+    file's end kills the process with SIGBUS instead of raising."""
+    try:
+        size = os.stat(data_path).st_size
+    except OSError as exc:
+        raise DecodeError(data_path, f"cannot be checked before reading ({exc.strerror})") from exc
+    if size < header.data_bytes:
+        raise DecodeError(
+            data_path,
+            f"shrank to {size:,} bytes after it was opened (its header declares {header.data_bytes:,}); "
+            "something rewrote it while it was in use: rebuild the dataset once it is complete",
         )
 
 

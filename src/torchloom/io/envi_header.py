@@ -55,7 +55,7 @@ STRUCTURAL_KEYS = (
 )
 #: More digits than this in a dimension or offset is not a real file (and keeps int() cheap).
 MAX_DIGITS = 15
-_INTEGER = re.compile(rf"\+?\d{{1,{MAX_DIGITS}}}")
+_INTEGER = re.compile(rf"\+?[0-9]{{1,{MAX_DIGITS}}}")
 
 
 class HeaderError(DecodeError):
@@ -205,7 +205,10 @@ def _listed(
     if key not in fields:
         return None
     items = [item.strip() for item in fields[key].split(",")]
-    items = [item for item in items if item]
+    if items and not items[-1]:
+        items.pop()  # a trailing comma, as some writers leave, ends the list
+    if not all(items):
+        raise HeaderError(path, f"line {where[key]}: {key!r} has an empty item (two commas in a row)")
     if len(items) != bands:
         raise HeaderError(path, f"line {where[key]}: {key!r} lists {len(items)} values for {bands} bands")
     return items
@@ -221,9 +224,9 @@ def _wavelengths(fields: dict[str, str], where: dict[str, int], path: str, bands
             value = float(item)
         except ValueError:
             value = math.nan
-        if not math.isfinite(value):
+        if not math.isfinite(value) or value < 0:
             raise HeaderError(
-                path, f"line {where['wavelength']}: wavelength {item[:40]!r} is not a finite number"
+                path, f"line {where['wavelength']}: wavelength {item[:40]!r} is not a finite number >= 0"
             )
         values.append(value)
     return np.asarray(values, dtype=np.float64)

@@ -201,7 +201,10 @@ class Hdf5Cube:
             raise DecodeError(
                 self._path, f"cannot read {self.dataset!r}: truncated or corrupt? (h5py: {exc})"
             ) from exc
-        out[...] = window if picked is None else window[:, :, picked]
+        window = window if picked is None else window[:, :, picked]
+        if window.shape != out.shape:  # never broadcast a smaller read into the window asked for
+            raise DecodeError(self._path, f"read {window.shape} values for a window of {out.shape}")
+        out[...] = window
         return out
 
     def _stored(self) -> Any:
@@ -209,8 +212,28 @@ class Hdf5Cube:
         pid = os.getpid()
         if self._handle is None or self._handle[0] != pid:
             handle = open_hdf5(self._path)
-            self._handle = (pid, handle, hdf5_dataset(handle, self._path, self.dataset))
+            try:
+                stored = hdf5_dataset(handle, self._path, self.dataset)
+                self._check_unchanged(stored)
+            except BaseException:
+                handle.close()
+                raise
+            self._handle = (pid, handle, stored)
         return self._handle[2]
+
+    def _check_unchanged(self, stored: Any) -> None:
+        """Refuse a dataset whose shape or dtype differs from the one this cube was built on (the
+        file was replaced): a read would otherwise broadcast or mix the new data into the old shape."""
+        shape = tuple(int(size) for size in stored.shape)
+        expected = self._shape
+        if self.layout == "CHW" and len(expected) == 3:
+            expected = (expected[2], expected[0], expected[1])
+        if shape != expected or native(stored.dtype) != self._dtype:
+            raise DecodeError(
+                self._path,
+                f"dataset {self.dataset!r} is now {stored.dtype} {shape}, not the {self._dtype} {expected} "
+                "it held when this cube was opened: the file was replaced; rebuild the dataset",
+            )
 
     def close(self) -> None:
         """Close this process's handle (the next read reopens it)."""

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import zipfile
@@ -69,7 +70,7 @@ class VolumeHeader:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # Python ints: a huge header cannot wrap
 
 
 def probe_volume(
@@ -170,6 +171,8 @@ def _npy_header(path: str | os.PathLike[str], handle: IO[bytes]) -> tuple[tuple[
         raise DecodeError(path, f"invalid npy header ({exc})") from exc
     if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in VOLUME_KINDS:
         raise DecodeError(path, f"dtype {dtype} is not a volume's: bool, int, uint, float or complex")
+    if not isinstance(shape, tuple) or any(not isinstance(n, int) or n < 0 for n in shape):
+        raise DecodeError(path, f"invalid npy header: shape {shape!r} is not a tuple of sizes >= 0")
     return tuple(int(n) for n in shape), bool(fortran), dtype
 
 
