@@ -2,7 +2,8 @@
 
 - doctor: ``diagnose(root, workers=2)`` end to end (scan, read, hash, decode, perceptual hash,
   quality scores, duplicate search, report; no plots), files/s;
-- bare limit: the same files read and fully decoded by simplejpeg in a tight loop on 2 threads;
+- bare limit: the same files read and fully decoded by simplejpeg in a tight loop on 2 threads
+  (32 files a task, as doctor hands them out);
 - examine only, on 1 and 2 threads and on 2 processes (half the files each), to choose the pool;
 - cleanvision (benchmark-only dependency): ``Imagelab(data_path=root).find_issues()`` as its
   docs show, files/s;
@@ -20,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import simplejpeg
@@ -38,12 +40,19 @@ BRUTE_FORCE_MAX = 4_000
 
 
 def _best(rounds: int, run: Callable[[], object]) -> float:
-    times = []
+    return _interleaved(rounds, {"run": run})["run"]
+
+
+def _interleaved(rounds: int, runs: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """The best time of each run over ``rounds`` rounds that take turns, so that the load of a
+    shared machine falls on all of them alike (a ratio of two runs measured apart is noise)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return min(times)
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+    return {name: min(values) for name, values in times.items()}
 
 
 def _bare(paths: list[str]) -> None:
@@ -96,11 +105,11 @@ def search_scaling(sizes: tuple[int, ...] = SEARCH_SIZES) -> list[dict[str, str]
             )
             hashes[n - 1 - i] = hashes[i] ^ np.bitwise_or.reduce(np.uint64(1) << bits)
         unique = np.unique(hashes)
-        seconds = _best(3, lambda unique=unique: hash_pairs(unique, NEAR_MAX_DISTANCE))
+        seconds = _best(3, partial(hash_pairs, unique, NEAR_MAX_DISTANCE))
         found = len(hash_pairs(unique, NEAR_MAX_DISTANCE))
         brute = "-"
         if n <= BRUTE_FORCE_MAX:
-            brute = f"{_best(1, lambda unique=unique: _brute_force(unique)) * 1e3:,.0f}"
+            brute = f"{_best(1, partial(_brute_force, unique)) * 1e3:,.0f}"
         rows.append(
             {
                 "hashes": f"{n:,}",
@@ -123,16 +132,18 @@ def doctor_section(quick: bool) -> str:
         paths = find_layout(root).paths
         _bare(paths[:200])  # warm the page cache and the decoder
         rounds = 2 if quick else 3
-        bare = _best(rounds, lambda: _bare(paths))
-        doctor = _best(rounds, lambda: diagnose(root, workers=2))
-        one = _best(1, lambda: examine_files(paths, workers=1))
-        two = _best(rounds, lambda: examine_files(paths, workers=2))
-        processes = _best(1, lambda: _examine_processes(paths))
+        best = _interleaved(
+            rounds,
+            {
+                "bare": lambda: _bare(paths),
+                "doctor": lambda: diagnose(root, workers=2),
+                "two": lambda: examine_files(paths, workers=2),
+            },
+        )
+        best["one"] = _best(1, lambda: examine_files(paths, workers=1))
+        best["proc"] = _best(1, lambda: _examine_processes(paths))
         cleanvision = None if quick else _cleanvision(root)
-    rate = {
-        name: count / s
-        for name, s in [("bare", bare), ("doctor", doctor), ("one", one), ("two", two), ("proc", processes)]
-    }
+    rate = {name: count / seconds for name, seconds in best.items()}
     print(f"doctor: {rate}", flush=True)
     cv_rate = count / cleanvision if cleanvision else None
     rows = [
@@ -151,8 +162,9 @@ def doctor_section(quick: bool) -> str:
     lines = [
         "## Doctor",
         "",
-        f"{count:,} 256 px JPEGs; best of {rounds} rounds. doctor decodes every file (DCT-scaled to ≥64 px), "
-        "hashes it twice (BLAKE2b, DCT pHash), scores cleanvision's quality checks and searches duplicates.",
+        f"{count:,} 256 px JPEGs; best of {rounds} interleaved rounds. doctor decodes every file "
+        "(DCT-scaled to ≥64 px), hashes it twice (BLAKE2b, DCT pHash), scores cleanvision's quality checks "
+        "and searches duplicates.",
         "",
         _table(rows),
         "",

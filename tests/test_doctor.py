@@ -211,3 +211,37 @@ def test_same_grey_layout_in_other_colours_is_not_a_near_duplicate(tmp_path: Pat
     facts = examine_files(paths)
     assert int(hamming(facts.phash[0], facts.phash[1])) <= 10  # the hash alone would pair them
     assert duplicate_groups(paths) == [[0, 2]]
+
+
+def test_chunked_examination_matches_the_one_image_functions(tmp_path: Path) -> None:
+    # examine_files measures a chunk of images in a few stacked calls; each row must equal what the
+    # one-image functions give that image (shrunk or not, grey, PNG, odd sizes, a broken file).
+    from torchloom.diagnose.perceptual import colour_thumbnail, phash
+    from torchloom.diagnose.quality import is_grayscale, pixel_scores, shrink
+    from torchloom.io import read_image
+
+    rng = np.random.default_rng(3)
+    paths = []
+    for number, (height, width) in enumerate(
+        [(64, 64), (64, 64), (200, 150), (97, 131), (48, 64), (300, 300)]
+    ):
+        image = synthetic_image(rng, height, width, number % 3)
+        if number == 4:
+            image = np.repeat(image.mean(axis=2, keepdims=True).astype(np.uint8), 3, axis=2)
+        path = tmp_path / f"{number}.{'png' if number == 3 else 'jpg'}"
+        if number == 3:
+            Image.fromarray(image).save(path)
+        else:
+            path.write_bytes(simplejpeg.encode_jpeg(np.ascontiguousarray(image), quality=90))
+        paths.append(str(path))
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 50)
+    paths.append(str(tmp_path / "broken.jpg"))
+    facts = examine_files(paths, workers=2)
+    assert not facts.readable[-1]
+    for row, path in enumerate(paths[:-1]):
+        full = read_image(path)
+        small = shrink(read_image(path, min_size=(64, 64)))
+        assert facts.phash[row] == phash(full) or int(hamming(facts.phash[row], np.uint64(phash(full)))) <= 2
+        np.testing.assert_allclose(facts.scores[row], pixel_scores(small), atol=1e-5)
+        assert facts.grayscale[row] == is_grayscale(small)
+        assert np.abs(facts.thumbnail[row].astype(int) - colour_thumbnail(small)).max() <= 1

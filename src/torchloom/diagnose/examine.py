@@ -4,9 +4,12 @@ For every file :func:`examine_files` reads the bytes once (refusing FIFOs and de
 them (BLAKE2b, 128 bits), checks the extension against the format the bytes declare, and decodes
 the whole image — a JPEG at the smallest DCT scale keeping both sides at least
 :data:`ANALYSIS_MIN_SIDE` pixels, other formats at full size — which finds truncated and corrupt
-files. From that one decoded copy it takes the perceptual hash, the per-channel mean and
-mean square, and the quality scores of :mod:`torchloom.diagnose.quality`. Files run in a thread
-pool (simplejpeg, OpenCV and hashlib release the GIL). Results are columns of numpy arrays.
+files. From that one decoded copy (shrunk to at most :data:`~torchloom.diagnose.quality.QUALITY_SIDE`
+pixels when larger) it takes the perceptual hash, the per-channel mean and mean square, the quality
+scores of :mod:`torchloom.diagnose.quality` and a colour thumbnail. Files run in a thread pool,
+:data:`CHUNK` at a time (simplejpeg, OpenCV and hashlib release the GIL); the small copies of a
+chunk's equal-sized images are measured together as one stack, so the Python work per file (which
+holds the GIL) stays small next to the decoding. Results are columns of numpy arrays.
 
 Example:
     >>> import numpy as np, os, simplejpeg, tempfile
@@ -33,8 +36,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from torchloom.diagnose.perceptual import THUMBNAIL_SIDE, colour_thumbnail, phash
-from torchloom.diagnose.quality import PIXEL_SCORES, is_grayscale, pixel_scores, shrink
+from torchloom.diagnose.perceptual import HASH_IMAGE_SIDE, THUMBNAIL_SIDE, hash_image, phashes, resize_stack
+from torchloom.diagnose.quality import PIXEL_SCORES, shrink, stack_quality
 from torchloom.diagnose.terminal import Output
 from torchloom.errors import DecodeError, UnsafeFileError
 from torchloom.io.image import (
@@ -151,18 +154,33 @@ class Examination:
         """Boolean mask of the files whose bytes were read (their ``digest`` is meaningful)."""
         return np.asarray(self.digest != b"")
 
-    def examine(self, i: int) -> None:
-        """Examine file ``i`` and fill its row; data faults become a ``problem``, bugs propagate."""
+    def examine(self, start: int, stop: int) -> None:
+        """Examine files ``start`` to ``stop`` and fill their rows; data faults become a
+        ``problem``, bugs propagate. Files are read and decoded one by one, then their small
+        copies are measured together, a stack per size (:func:`stack_quality`)."""
+        groups: dict[tuple[int, ...], list[tuple[int, np.ndarray, np.ndarray | None]]] = {}
+        for i in range(start, stop):
+            decoded = self._decode(i)
+            if decoded is not None:
+                groups.setdefault(decoded[0].shape, []).append((i, *decoded))
+        for group in groups.values():
+            rows = np.array([row for row, _, _ in group])
+            self._measure(rows, np.stack([small for _, small, _ in group]), [grey for _, _, grey in group])
+
+    def _decode(self, i: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Read, hash and decode file ``i``: its small copy and, when decoding gave more than the
+        small copy, the image its perceptual hash is taken from (its moments are filled in here
+        from the larger copy); ``None`` when the file is bad."""
         path = self.paths[i]
         try:
             data = read_bytes(path, max_bytes=max_file_bytes(DEFAULT_MAX_PIXELS))
         except DecodeError as exc:
             self.problem[i], self.reason[i] = (EMPTY if "empty" in exc.reason else CORRUPT), exc.reason
-            return
+            return None
         except OSError as exc:  # UnsafeFileError (a FIFO, a device) included
             self.problem[i] = UNREADABLE
             self.reason[i] = exc.why if isinstance(exc, UnsafeFileError) else f"{type(exc).__name__}: {exc}"
-            return
+            return None
         self.digest[i] = hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
         found = sniff_format(data)
         self.found_format[i] = found or ""
@@ -173,18 +191,31 @@ class Examination:
             image = decode_image(data, path, min_size=ANALYSIS_MIN_SIDE)
         except DecodeError as exc:
             self.problem[i], self.reason[i] = _kind(data, found), exc.reason
-            return
+            return None
         self.height[i], self.width[i] = header.height, header.width
         self.found_format[i] = header.format
         self.wrong_extension[i] = expected is not None and expected != header.format
+        small = shrink(image)
+        if small is image:
+            return small, None
         mean_255, std_255 = cv2.meanStdDev(image)
         mean, std = np.ravel(mean_255) / 255.0, np.ravel(std_255) / 255.0
         self.channel_mean[i], self.channel_square[i] = mean, std**2 + mean**2
-        small = shrink(image)
-        self.phash[i] = phash(image)
-        self.scores[i] = pixel_scores(small)
-        self.grayscale[i] = is_grayscale(small)
-        self.thumbnail[i] = colour_thumbnail(small)
+        return small, hash_image(image)
+
+    def _measure(self, rows: np.ndarray, stack: np.ndarray, hash_images: list[np.ndarray | None]) -> None:
+        """Fill the columns of ``rows`` from the stack of their equal-sized small copies; hash
+        those without a ``hash_images`` entry (and take their moments) from the small copy."""
+        quality = stack_quality(stack)
+        self.scores[rows] = quality.scores
+        self.grayscale[rows] = quality.grayscale
+        self.thumbnail[rows] = resize_stack(stack, THUMBNAIL_SIDE)
+        own = np.array([grey is None for grey in hash_images])
+        self.channel_mean[rows[own]] = quality.channel_mean[own]
+        self.channel_square[rows[own]] = quality.channel_square[own]
+        from_small = iter(resize_stack(quality.grey[own], HASH_IMAGE_SIDE) if own.any() else [])
+        greys = [next(from_small) if grey is None else grey for grey in hash_images]
+        self.phash[rows] = phashes(np.stack(greys))
 
 
 def examine_files(paths: Sequence[str], *, workers: int | None = None, progress: bool = False) -> Examination:
@@ -198,8 +229,7 @@ def examine_files(paths: Sequence[str], *, workers: int | None = None, progress:
 
     def run_chunk(start: int) -> int:
         stop = min(start + CHUNK, count)
-        for i in range(start, stop):
-            facts.examine(i)
+        facts.examine(start, stop)
         return stop - start
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -4,7 +4,9 @@
 with a 2-D DCT, and each of the 8×8 lowest-frequency coefficients (the DC term excluded from the
 median) becomes one bit, set when the coefficient is above their median. Re-encoding at another
 JPEG quality or resizing changes a few bits at most; a different picture changes about half.
-:func:`hamming` counts differing bits between arrays of hashes.
+:func:`hamming` counts differing bits between arrays of hashes. :func:`phashes` hashes a stack of
+32×32 grey images (:func:`hash_image`) at once, one matrix product for all their DCT blocks, and
+:func:`resize_stack` shrinks a stack of equal-sized images in one call where it can.
 
 The hash sees only grey structure: two different pictures with a similar layout of light and
 dark (a blob in the same corner) can land a few bits apart. :func:`colour_thumbnail` keeps an
@@ -41,6 +43,16 @@ HASH_BLOCK_SIDE = 8
 HASH_BITS = HASH_BLOCK_SIDE * HASH_BLOCK_SIDE
 
 _MEDIAN_RANK = (HASH_BITS - 1) // 2  # the median of the 63 terms after the DC one
+# The first 8 rows of the orthonormal 32-point DCT-II matrix (what cv2.dct uses): the 8 × 8 block
+# of lowest frequencies of X is _DCT_ROWS @ X @ _DCT_ROWS.T.
+_DCT_ROWS = np.sqrt(2.0 / HASH_IMAGE_SIDE) * np.cos(
+    np.pi
+    * np.arange(HASH_BLOCK_SIDE)[:, None]
+    * (2 * np.arange(HASH_IMAGE_SIDE)[None, :] + 1)
+    / (2 * HASH_IMAGE_SIDE)
+)
+_DCT_ROWS[0] /= np.sqrt(2.0)
+_BITWISE_COUNT = getattr(np, "bitwise_count", None)
 _POPCOUNT_16 = np.array([bin(value).count("1") for value in range(1 << 16)], dtype=np.uint8)
 
 
@@ -51,11 +63,55 @@ def phash(image: np.ndarray) -> int:
         >>> phash(np.zeros((8, 8), np.uint8)) == phash(np.zeros((40, 30, 3), np.uint8))
         True
     """
+    return int(phashes(hash_image(image)[None])[0])
+
+
+def hash_image(image: np.ndarray) -> np.ndarray:
+    """The ``32 × 32`` grey ``uint8`` image an RGB (HWC) or grey (HW) image is hashed from.
+
+    Example:
+        >>> hash_image(np.zeros((40, 30, 3), np.uint8)).shape
+        (32, 32)
+    """
     grey = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY) if image.ndim == 3 else image
-    small = cv2.resize(grey, (HASH_IMAGE_SIDE, HASH_IMAGE_SIDE), interpolation=cv2.INTER_AREA)
-    coefficients = cv2.dct(small.astype(np.float32))[:HASH_BLOCK_SIDE, :HASH_BLOCK_SIDE].ravel()
-    median = np.partition(coefficients[1:], _MEDIAN_RANK)[_MEDIAN_RANK]
-    return int.from_bytes(np.packbits(coefficients > median).tobytes(), "big")
+    resized: np.ndarray = resize_stack(grey[None], HASH_IMAGE_SIDE)[0]
+    return resized
+
+
+def phashes(greys: np.ndarray) -> np.ndarray:
+    """The hashes (``uint64``) of a stack of ``32 × 32`` grey images, shape ``(n, 32, 32)``.
+
+    Example:
+        >>> phashes(np.zeros((2, 32, 32), np.uint8)).tolist()
+        [0, 0]
+    """
+    block = _DCT_ROWS @ greys.astype(np.float64) @ _DCT_ROWS.T
+    coefficients = block.reshape(len(greys), HASH_BITS)
+    median = np.partition(coefficients[:, 1:], _MEDIAN_RANK, axis=1)[:, _MEDIAN_RANK]
+    bits = np.packbits(coefficients > median[:, None], axis=1)
+    return np.ascontiguousarray(bits).view(">u8").ravel().astype(np.uint64)
+
+
+def resize_stack(images: np.ndarray, side: int) -> np.ndarray:
+    """Each image of a stack ``(n, h, w[, c])`` area-averaged to ``side × side`` (``uint8``).
+
+    When ``side`` divides both ``h`` and ``w`` every output pixel averages a block inside one
+    image, so the stack is resized as one tall image in a single call; otherwise image by image.
+    The result equals resizing each image alone.
+
+    Example:
+        >>> stack = np.random.default_rng(0).integers(0, 256, (3, 64, 32, 3), dtype=np.uint8)
+        >>> alone = cv2.resize(stack[1], (8, 8), interpolation=cv2.INTER_AREA)
+        >>> resize_stack(stack, 8).shape, bool((resize_stack(stack, 8)[1] == alone).all())
+        ((3, 8, 8, 3), True)
+    """
+    count, height, width = images.shape[:3]
+    size = (side, side)
+    if height % side == 0 and width % side == 0:
+        tall = images.reshape(count * height, *images.shape[2:])
+        resized = cv2.resize(tall, (side, count * side), interpolation=cv2.INTER_AREA)
+        return resized.reshape(count, side, side, *images.shape[3:])
+    return np.stack([cv2.resize(image, size, interpolation=cv2.INTER_AREA) for image in images])
 
 
 def hamming(a: np.ndarray | np.uint64, b: np.ndarray | np.uint64) -> np.ndarray:
@@ -66,6 +122,8 @@ def hamming(a: np.ndarray | np.uint64, b: np.ndarray | np.uint64) -> np.ndarray:
         [2]
     """
     xor = np.bitwise_xor(np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64))
+    if _BITWISE_COUNT is not None:  # numpy >= 2.0: one pass
+        return np.asarray(_BITWISE_COUNT(xor), dtype=np.int64)
     mask = np.uint64(0xFFFF)
     count = np.zeros(xor.shape, dtype=np.int64)
     for shift in (0, 16, 32, 48):
@@ -80,8 +138,7 @@ def colour_thumbnail(image: np.ndarray) -> np.ndarray:
         >>> colour_thumbnail(np.full((40, 30), 9, np.uint8)).shape
         (8, 8, 3)
     """
-    side = (THUMBNAIL_SIDE, THUMBNAIL_SIDE)
-    small = cv2.resize(image, side, interpolation=cv2.INTER_AREA)
+    small = resize_stack(image[None], THUMBNAIL_SIDE)[0]
     if small.ndim == 2 or small.shape[2] == 1:
         small = np.repeat(small.reshape(THUMBNAIL_SIDE, THUMBNAIL_SIDE, 1), 3, axis=2)
     return np.ascontiguousarray(small[:, :, :3])

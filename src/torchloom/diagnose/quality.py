@@ -18,6 +18,8 @@ odd_size           distance of sqrt(w·h) from the IQR fence (×3) of the data  
 
 Perceived brightness is ``sqrt(0.241 R² + 0.691 G² + 0.068 B²) / 255`` (percentiles to 1/255);
 edges are the 3×3 ``FIND_EDGES`` kernel of Pillow (8 in the centre, −1 around) on the grey image.
+:func:`stack_quality` scores a stack of equal-sized images at once (what ``doctor`` uses);
+:func:`pixel_scores` scores one image the same way.
 
 Example:
     >>> import numpy as np
@@ -28,7 +30,7 @@ Example:
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass, fields
 
 import cv2
 import numpy as np
@@ -58,7 +60,14 @@ ODD_SIZE_IQR_FACTOR = 3.0
 ODD_SIZE_THRESHOLD = 0.5
 """Odd size: ``sqrt(w·h)`` outside the fence ``[q1 − 3·IQR, q3 + 3·IQR]`` of the dataset."""
 
+#: The most images :func:`stack_quality` measures in one go (image numbers are ``uint8``).
+MAX_STACK = 256
+DARK_PERCENTILE, LIGHT_PERCENTILE = 0.99, 0.05
+
 _BRIGHTNESS_WEIGHTS = np.array([[0.241, 0.691, 0.068]], dtype=np.float32)
+_SQUARES = (np.arange(256, dtype=np.float32) ** 2).reshape(1, 256)
+# Each 8-bit level and its square: a histogram @ _POWERS gives the sums of x and x².
+_POWERS = np.stack([np.arange(256.0), np.arange(256.0) ** 2], axis=1)
 _EDGE_KERNEL = np.array([[-1, -1, -1], [-1, 8, -1], [-1, -1, -1]], dtype=np.float32)
 
 
@@ -77,6 +86,95 @@ def shrink(image: np.ndarray, side: int = QUALITY_SIDE) -> np.ndarray:
     return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
 
 
+@dataclass(frozen=True)
+class StackQuality:
+    """What :func:`stack_quality` measures of each image of a stack, one row per image.
+
+    ``scores`` holds the columns :data:`PIXEL_SCORES`; ``channel_mean`` and ``channel_square``
+    are the per-channel means of ``x`` and ``x²`` (``x`` on the 0-1 scale); ``grey`` is each
+    image in grey (OpenCV's RGB to grey weights), ``(n, h, w)``.
+    """
+
+    scores: np.ndarray
+    grayscale: np.ndarray
+    channel_mean: np.ndarray
+    channel_square: np.ndarray
+    grey: np.ndarray
+
+
+_FIELDS = [field.name for field in fields(StackQuality)]
+
+
+def stack_quality(stack: np.ndarray) -> StackQuality:
+    """Scores, grey flags and channel moments of a stack ``(n, h, w, 3)`` of small RGB images.
+
+    Pixel-wise steps run once over the stack seen as one tall image, and every histogram is one
+    joint histogram of (value, image number), so the cost per image is a few array operations
+    whatever ``n`` is. Each row equals what the image alone would give.
+
+    Example:
+        >>> line = np.repeat(np.eye(8, dtype=np.uint8)[..., None] * 255, 3, axis=2)
+        >>> quality = stack_quality(np.stack([np.zeros((8, 8, 3), np.uint8), line]))
+        >>> quality.grayscale.tolist(), quality.channel_mean[:, 0].round(3).tolist()
+        ([True, True], [0.0, 0.125])
+    """
+    count, height, width = stack.shape[:3]
+    if count > MAX_STACK:
+        parts = [stack_quality(stack[start : start + MAX_STACK]) for start in range(0, count, MAX_STACK)]
+        joined = {name: np.concatenate([getattr(part, name) for part in parts]) for name in _FIELDS}
+        return StackQuality(**joined)
+    tall = stack.reshape(count * height, width, 3)
+    rows = _row_numbers(count, height, width)
+    grey = cv2.cvtColor(tall, cv2.COLOR_RGB2GRAY)
+    channels = np.stack([_stack_histograms(tall, rows, count, channel) for channel in range(3)], axis=1)
+    dark, light = _brightness_scores(tall, rows, count)
+    scores = np.stack(
+        [dark, light, _blur_scores(grey.reshape(count, height, width), rows), _information_scores(channels)],
+        axis=1,
+    ).astype(np.float32)
+    same = (channels[:, 0] == channels[:, 1]).all(axis=1) & (channels[:, 0] == channels[:, 2]).all(axis=1)
+    grayscale = np.zeros(count, dtype=bool)
+    grayscale[same] = [is_grayscale(stack[i]) for i in np.flatnonzero(same)]
+    moments = channels @ _POWERS / (height * width)
+    return StackQuality(
+        scores=scores,
+        grayscale=grayscale,
+        channel_mean=moments[..., 0] / 255.0,
+        channel_square=moments[..., 1] / 255.0**2,
+        grey=grey.reshape(count, height, width),
+    )
+
+
+def _brightness_scores(tall: np.ndarray, rows: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The dark and light scores: percentiles (to 1/255) of each image's perceived brightness."""
+    squares = cv2.transform(cv2.LUT(tall, _SQUARES), _BRIGHTNESS_WEIGHTS)
+    cumulative = np.cumsum(_stack_histograms(cv2.sqrt(squares).astype(np.uint8), rows, count), axis=1)
+    low = np.count_nonzero(cumulative < LIGHT_PERCENTILE * cumulative[:, -1:], axis=1) / 255.0
+    high = np.count_nonzero(cumulative < DARK_PERCENTILE * cumulative[:, -1:], axis=1) / 255.0
+    return high, 1.0 - low
+
+
+def _blur_scores(greys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The blurry score of every grey image of a stack ``(n, h, w)``."""
+    count, height, width = greys.shape
+    moments = _stack_histograms(_edges(greys), rows, count) @ _POWERS / (height * width)
+    edge_std = np.sqrt(np.maximum(moments[:, 1] - moments[:, 0] ** 2, 0.0))
+    blur = 1.0 - np.exp(-edge_std * BLUR_NORMALIZER)
+    grey_counts = _stack_histograms(greys.reshape(-1, width), rows, count)
+    spread = 1.0 - np.exp(-grey_counts.std(axis=1) * BLUR_NORMALIZER)
+    spread[spread <= BLUR_SPREAD_THRESHOLD] = 0.0
+    return np.minimum(blur + spread, 1.0)
+
+
+def _information_scores(channels: np.ndarray) -> np.ndarray:
+    """The low-information score: entropy (bits) of the three channels' histograms ``(n, 3, 256)``."""
+    counts = channels.reshape(len(channels), -1)
+    total = counts[0].sum() if len(counts) else 1.0
+    logs = np.log2(counts, out=np.zeros_like(counts), where=counts > 0)
+    entropy = np.log2(total) - np.einsum("ij,ij->i", counts, logs) / total
+    return np.minimum(entropy * ENTROPY_NORMALIZER, 1.0)
+
+
 def pixel_scores(small: np.ndarray) -> np.ndarray:
     """The dark, light, blurry and low-information scores of a small RGB ``uint8`` image.
 
@@ -84,37 +182,8 @@ def pixel_scores(small: np.ndarray) -> np.ndarray:
         >>> [round(float(s), 2) for s in pixel_scores(np.full((8, 8, 3), 255, np.uint8))]
         [1.0, 0.0, 0.0, 0.16]
     """
-    values = small.astype(np.float32)
-    brightness = cv2.sqrt(cv2.transform(cv2.multiply(values, values), _BRIGHTNESS_WEIGHTS))
-    low, high = _percentiles(_histogram(brightness.astype(np.uint8)), (0.05, 0.99)) / 255.0
-    grey = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY)
-    edges = cv2.filter2D(grey, -1, _EDGE_KERNEL, borderType=cv2.BORDER_REPLICATE)
-    blur = 1.0 - math.exp(-_std(edges) * BLUR_NORMALIZER)
-    spread = 1.0 - math.exp(-_std(_histogram(grey)) * BLUR_NORMALIZER)
-    if spread <= BLUR_SPREAD_THRESHOLD:
-        spread = 0.0
-    counts = np.concatenate([_histogram(small, channel) for channel in range(3)])
-    probabilities = counts[counts > 0] / counts.sum()
-    entropy = -float(probabilities @ np.log2(probabilities))
-    return np.array(
-        [high, 1.0 - low, min(blur + spread, 1.0), min(entropy * ENTROPY_NORMALIZER, 1.0)],
-        dtype=np.float32,
-    )
-
-
-def _std(values: np.ndarray) -> float:
-    return float(cv2.meanStdDev(values)[1][0, 0])
-
-
-def _histogram(image: np.ndarray, channel: int = 0) -> np.ndarray:
-    """The 256-bin histogram of one channel of a ``uint8`` image."""
-    return cv2.calcHist([image], [channel], None, [256], [0, 256]).ravel()
-
-
-def _percentiles(histogram: np.ndarray, fractions: tuple[float, ...]) -> np.ndarray:
-    """The values (bin numbers) below which the given fractions of a histogram's counts lie."""
-    cumulative = np.cumsum(histogram)
-    return np.searchsorted(cumulative, np.asarray(fractions) * cumulative[-1]).astype(np.float64)
+    scores: np.ndarray = stack_quality(small[None]).scores[0]
+    return scores
 
 
 def is_grayscale(small: np.ndarray) -> bool:
@@ -125,6 +194,27 @@ def is_grayscale(small: np.ndarray) -> bool:
         (True, False)
     """
     return bool(np.array_equal(small[..., 0], small[..., 1]) and np.array_equal(small[..., 0], small[..., 2]))
+
+
+def _row_numbers(count: int, height: int, width: int) -> np.ndarray:
+    """The number of its image at every pixel of a tall stack of ``count`` images."""
+    return np.repeat(np.arange(count, dtype=np.uint8), height * width).reshape(count * height, width)
+
+
+def _stack_histograms(tall: np.ndarray, rows: np.ndarray, count: int, channel: int = 0) -> np.ndarray:
+    """The 256-bin histogram of one channel of every image of a tall ``uint8`` stack, ``(n, 256)``."""
+    row_channel = tall.shape[2] if tall.ndim == 3 else 1
+    joint = cv2.calcHist([tall, rows], [channel, row_channel], None, [256, count], [0, 256, 0, count])
+    return np.ascontiguousarray(joint.T, dtype=np.float64)
+
+
+def _edges(greys: np.ndarray) -> np.ndarray:
+    """The edge image of every grey image of a stack, as a tall image (borders replicated)."""
+    count, height, width = greys.shape
+    padded = np.empty((count, height + 2, width), dtype=np.uint8)
+    padded[:, 1:-1], padded[:, 0], padded[:, -1] = greys, greys[:, 0], greys[:, -1]
+    edges = cv2.filter2D(padded.reshape(-1, width), -1, _EDGE_KERNEL, borderType=cv2.BORDER_REPLICATE)
+    return np.ascontiguousarray(edges.reshape(count, height + 2, width)[:, 1:-1]).reshape(-1, width)
 
 
 def aspect_ratio_scores(heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
