@@ -68,7 +68,7 @@ def samples_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_hdf5_patches_through_two_workers(tmp_path: Path, start_method: str) -> None:
     cube, mask = scene()
     dataset = band_patches(write_h5(tmp_path / "scene.h5", cube, mask))
