@@ -81,6 +81,7 @@ def test_demo_command_writes_its_report(tmp_path: Path) -> None:
     assert "LEAK" in completed.stdout and (out / "report.json").exists()
 
 
-def test_cli_rejects_too_few_images() -> None:
-    with pytest.raises(SystemExit, match="--images"):
+def test_cli_rejects_too_few_images(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--images", "1"])
+    assert exit_info.value.code == 2 and "--images must be at least 8" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from torchloom.cache import DecodedCache
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
 from torchloom.demo import DEFAULT_OUT, DEMO_COUNTS, run_demo
+from torchloom.demo_data import MIN_IMAGES_PER_CLASS
 from torchloom.diagnose import doctor, prepare, show
 from torchloom.errors import TorchloomError
 from torchloom.loader.bench import run_bench
@@ -106,10 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.data, args.out, max_side=args.max_side, memory=args.memory, workers=args.workers
         )
     if args.command == "demo":
-        if args.images < len(DEMO_COUNTS):
-            raise SystemExit(f"--images must be at least {len(DEMO_COUNTS)}, got {args.images}")
+        smallest = MIN_IMAGES_PER_CLASS * len(DEMO_COUNTS)
+        if args.images < smallest:
+            parser.error(f"--images must be at least {smallest}, got {args.images}")
         total = sum(DEMO_COUNTS)
-        counts = [max(1, round(count * args.images / total)) for count in DEMO_COUNTS]
+        counts = [max(MIN_IMAGES_PER_CLASS, round(count * args.images / total)) for count in DEMO_COUNTS]
         run_demo(
             counts=counts, batch_size=args.batch_size, num_workers=args.workers, seed=args.seed, out=args.out
         )

@@ -50,6 +50,7 @@ from torchloom.diagnose.grid import Tile, draw_grid
 from torchloom.diagnose.labels import parse_rules
 from torchloom.diagnose.plots import plots_available
 from torchloom.diagnose.preparation import PrepareResult, prepare_dataset
+from torchloom.errors import ConfigError
 from torchloom.faults import FaultReport
 from torchloom.fusion import JoinedDataset, TimeSync
 from torchloom.loader import LoaderProfiler
@@ -98,7 +99,7 @@ class SensorClips(Dataset[dict[str, Any]]):
         self.ids, self._temperature = _by_id(temperature)
         vibration_ids, self._vibration = _by_id(vibration)
         if vibration_ids != self.ids:
-            raise ValueError("the temperature and vibration tables cover different ids")
+            raise ConfigError("the temperature and vibration tables cover different ids")
 
     def join_keys(self, on: str) -> pa.Array:
         if on != "id":

@@ -37,6 +37,8 @@ EPOCH_NS = 1_700_000_000_000_000_000
 TEMPERATURE_HZ = 10
 VIBRATION_HZ = 30
 VALIDATION_SHARE = 0.2
+#: Each class needs a training and a validation image.
+MIN_IMAGES_PER_CLASS = 2
 
 
 @dataclass
@@ -59,8 +61,11 @@ def write_demo_data(
     progress: bool = True,
 ) -> PlantedData:
     """Write the demo's files under ``root`` (see the module docstring) and say what was planted."""
-    if len(counts) > len(DEMO_CLASSES) or min(counts) < 2:
-        raise ConfigError(f"counts: 1 to {len(DEMO_CLASSES)} classes of at least 2 images, got {counts}")
+    if not 0 < len(counts) <= len(DEMO_CLASSES) or min(counts) < MIN_IMAGES_PER_CLASS:
+        raise ConfigError(
+            f"counts: 1 to {len(DEMO_CLASSES)} classes of at least {MIN_IMAGES_PER_CLASS} images each, "
+            f"got {counts}"
+        )
     root = os.fspath(root)
     names = list(DEMO_CLASSES[: len(counts)])
     pool = os.path.join(root, "pool")
