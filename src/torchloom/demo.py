@@ -181,9 +181,10 @@ def run_demo(
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="torchloom-demo-") as root:
         console.rule("[bold]torchloom demo")
-        console.print(
+        _say(
+            console,
             f"1/4 Writing a messy project into {root}: {sum(counts)} JPEGs in a hand-made "
-            "train/val split, a measurements table, two sensor streams (10 Hz, 30 Hz)"
+            "train/val split, a measurements table, two sensor streams (10 Hz, 30 Hz)",
         )
         planted = write_demo_data(root, counts=counts, image_size=image_size, seed=seed, progress=not quiet)
         given = os.path.join(root, "given")
@@ -328,6 +329,11 @@ def _batch_grid(batch: dict[str, Any], classes: list[str], out: str) -> str:
     return path
 
 
+def _say(console: Console, text: str) -> None:
+    """Print a line that holds file names and reasons: no rich markup is read from it."""
+    console.print(text, markup=False, highlight=False)
+
+
 def _print_doctor(console: Console, report: DoctorReport, planted: PlantedData) -> None:
     document = report.document
 
@@ -335,48 +341,51 @@ def _print_doctor(console: Console, report: DoctorReport, planted: PlantedData) 
         return os.path.relpath(path, planted.root)
 
     for item in document["bad_files"]:
-        console.print(f"   bad file: {short(item['path'])} ({item['reason']})")
+        _say(console, f"   bad file: {short(item['path'])} ({item['reason']})")
     for item in document["wrong_extension"]:
-        console.print(f"   wrong extension: {short(item['path'])} is {item['format']}")
+        _say(console, f"   wrong extension: {short(item['path'])} is {item['format']}")
     for pair in document["duplicates"]["pairs"]:
         if pair["leak"]:
             kind = "identical" if pair["exact"] else f"near duplicate, {pair['distance']} bits apart"
-            console.print(f"   LEAK: {short(pair['a']['path'])} = {short(pair['b']['path'])} ({kind})")
+            _say(console, f"   LEAK: {short(pair['a']['path'])} = {short(pair['b']['path'])} ({kind})")
     ratio = document["classes"]["imbalance_ratio"]
     if ratio:
-        console.print(f"   classes imbalanced {ratio:.1f}:1 -> {document['classes']['sampler']}")
-    console.print(
+        _say(console, f"   classes imbalanced {ratio:.1f}:1 -> {document['classes']['sampler']}")
+    _say(
+        console,
         f"   {len(report.problems)} problem(s); planted: {len(planted.broken)} broken files, "
-        f"{len(planted.leaks)} leaks"
+        f"{len(planted.leaks)} leaks",
     )
 
 
 def _print_prepare(console: Console, prepared: PrepareResult, after: DoctorReport, root: str) -> None:
     for kind, items in prepared.problems.items():
         for path, reason in items:
-            console.print(f"   left out ({kind}): {path}: {reason}")
+            _say(console, f"   left out ({kind}): {path}: {reason}")
     for message in after.problems:
-        console.print(f"   doctor: {message.replace(root + os.sep, '')}")
+        _say(console, f"   doctor: {message.replace(root + os.sep, '')}")
     for split, labels in _split_counts(prepared).items():
-        console.print(f"   {split}: " + ", ".join(f"{label} {count}" for label, count in labels.items()))
-    console.print(
+        _say(console, f"   {split}: " + ", ".join(f"{label} {count}" for label, count in labels.items()))
+    _say(
+        console,
         f"   {prepared.duplicate_groups} duplicate group(s) kept in one split; doctor on the result: "
         f"{_leaks(after)} leak(s), {len(after.problems)} problem(s) (a duplicate within one split is "
-        "still reported, but no longer leaks)"
+        "still reported, but no longer leaks)",
     )
 
 
 def _print_result(console: Console, result: DemoResult) -> None:
-    console.print(
+    _say(
+        console,
         f"Trained on {result.samples_trained} joined samples in {result.seconds:.1f} s "
         f"({result.images_per_second:,.0f}/s), {result.wait_share:.0%} of the time waiting for data; "
-        f"final loss {result.final_loss:.3f}; {len(result.skipped)} sample(s) skipped by the fault policy"
+        f"final loss {result.final_loss:.3f}; {len(result.skipped)} sample(s) skipped by the fault policy",
     )
     for line in result.skipped:
-        console.print(f"   skipped: {line}")
-    console.print(f"Report and plots in [bold]{result.out}[/bold]:")
+        _say(console, f"   skipped: {line}")
+    _say(console, f"Report and plots in {result.out}:")
     for path in result.written:
-        console.print(f"   {os.path.relpath(path, result.out)}")
+        _say(console, f"   {os.path.relpath(path, result.out)}")
 
 
 __all__ = ["DEMO_CLASSES", "DEMO_COUNTS", "EPOCH_NS", "DemoResult", "SensorClips", "run_demo"]
