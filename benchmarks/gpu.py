@@ -44,6 +44,15 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
 
+def shortcut(channels_in: int, channels_out: int, stride: int) -> nn.Module:
+    """A residual block's skip path: identity, or a strided 1×1 projection when the shape changes."""
+    if stride == 1 and channels_in == channels_out:
+        return nn.Identity()
+    return nn.Sequential(
+        nn.Conv2d(channels_in, channels_out, 1, stride, bias=False), nn.BatchNorm2d(channels_out)
+    )
+
+
 class Block(nn.Module):
     def __init__(self, channels_in: int, channels_out: int, stride: int) -> None:
         super().__init__()
@@ -54,13 +63,7 @@ class Block(nn.Module):
             nn.Conv2d(channels_out, channels_out, 3, 1, 1, bias=False),
             nn.BatchNorm2d(channels_out),
         )
-        self.skip = (
-            nn.Identity()
-            if stride == 1 and channels_in == channels_out
-            else nn.Sequential(
-                nn.Conv2d(channels_in, channels_out, 1, stride, bias=False), nn.BatchNorm2d(channels_out)
-            )
-        )
+        self.skip = shortcut(channels_in, channels_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.skip(x))
@@ -80,13 +83,7 @@ class Bottleneck(nn.Module):
             nn.Conv2d(width, channels_out, 1, bias=False),
             nn.BatchNorm2d(channels_out),
         )
-        self.skip = (
-            nn.Identity()
-            if stride == 1 and channels_in == channels_out
-            else nn.Sequential(
-                nn.Conv2d(channels_in, channels_out, 1, stride, bias=False), nn.BatchNorm2d(channels_out)
-            )
-        )
+        self.skip = shortcut(channels_in, channels_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.skip(x))

@@ -30,6 +30,7 @@ from torchloom import (
     collate,
     tune,
 )
+from torchloom.demo import IMAGE_FEATURES, tiny_image_trunk
 from torchloom.loader.autotune import Trial, _build, _rate
 
 SLICE_S = 3.0
@@ -37,18 +38,8 @@ BATCH = 64
 
 
 def tiny_cnn(num_classes: int) -> nn.Module:
-    """Three strided convolutions, global pooling and a linear head: a step cheap enough to be fed."""
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 3, stride=2, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 3, stride=2, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(64, num_classes),
-    )
+    """The demo's image trunk and a linear head: a step cheap enough to be fed."""
+    return nn.Sequential(tiny_image_trunk(), nn.Linear(IMAGE_FEATURES, num_classes))
 
 
 @dataclass

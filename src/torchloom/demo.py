@@ -137,23 +137,31 @@ def _by_id(table: pa.Table) -> tuple[list[str], list[tuple[np.ndarray, np.ndarra
     ]
 
 
+IMAGE_FEATURES = 64
+
+
+def tiny_image_trunk() -> nn.Sequential:
+    """Three strided convolutions and global pooling: ``(B, 3, H, W)`` -> ``(B, 64)`` features."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, IMAGE_FEATURES, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    )
+
+
 class TinyFusionNet(nn.Module):
     """A small CNN for the image, a linear layer for the table, a masked mean of the streams."""
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
-        self.image = nn.Sequential(
-            nn.Conv2d(3, 16, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
+        self.image = tiny_image_trunk()
         self.table = nn.Linear(3, 16)
-        self.head = nn.Linear(64 + 16 + 2, num_classes)
+        self.head = nn.Linear(IMAGE_FEATURES + 16 + 2, num_classes)
 
     def forward(self, batch: dict[str, torch.Tensor], normalize: Normalize) -> torch.Tensor:
         image = self.image(normalize(batch["image"]))
@@ -388,4 +396,13 @@ def _print_result(console: Console, result: DemoResult) -> None:
         _say(console, f"   {os.path.relpath(path, result.out)}")
 
 
-__all__ = ["DEMO_CLASSES", "DEMO_COUNTS", "EPOCH_NS", "DemoResult", "SensorClips", "run_demo"]
+__all__ = [
+    "DEMO_CLASSES",
+    "DEMO_COUNTS",
+    "EPOCH_NS",
+    "DemoResult",
+    "SensorClips",
+    "TinyFusionNet",
+    "run_demo",
+    "tiny_image_trunk",
+]
