@@ -159,6 +159,13 @@ def test_diagnose_api_and_manifest_layout(tmp_path: Path) -> None:
     }
     assert len(report.problems) == 1 and "duplicate in train" in report.problems[0]
     assert validate(json.loads(report.to_json()), REPORT_SCHEMA) == []
+    out = tmp_path / "report"
+    report.write(str(out))
+    assert (out / "duplicates" / "pair_000.png").exists()
+    (tmp_path / "img" / "dup.jpg").unlink()  # fixed: a rerun leaves no picture of the old pair
+    (tmp_path / "m.csv").write_text("\n".join(rows[:-1]) + "\n")
+    diagnose(tmp_path / "m.csv", workers=1).write(str(out))
+    assert not list((out / "duplicates").glob("*.png")) and (out / "classes.png").exists()
 
 
 def test_fifo_is_refused_not_read(tmp_path: Path) -> None:

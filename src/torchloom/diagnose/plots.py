@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 from collections import Counter
@@ -37,6 +38,7 @@ def write_plots(document: dict[str, Any], out: str, sizes: np.ndarray) -> list[s
 
     ``sizes`` holds the ``(height, width)`` of every readable image.
     """
+    _remove_earlier_plots(out)
     written = [_classes(document, os.path.join(out, "classes.png"))]
     if len(sizes):
         written.append(_sizes(sizes, os.path.join(out, "image_sizes.png")))
@@ -46,6 +48,16 @@ def write_plots(document: dict[str, Any], out: str, sizes: np.ndarray) -> list[s
     for number, pair in enumerate(pairs[:MAX_PAIR_PLOTS]):
         written.append(_pair(pair, os.path.join(out, "duplicates", f"pair_{number:03d}.png")))
     return [os.path.relpath(path, out) for path in written]
+
+
+def _remove_earlier_plots(out: str) -> None:
+    """Delete the plots an earlier run wrote into ``out`` (only the names this module writes), so a
+    pair that no longer exists is not left behind looking like a finding."""
+    names = [os.path.join(out, "classes.png"), os.path.join(out, "image_sizes.png")]
+    names += glob.glob(os.path.join(glob.escape(out), "duplicates", "pair_[0-9][0-9][0-9].png"))
+    for path in names:
+        if os.path.isfile(path):
+            os.remove(path)
 
 
 def _figure(width: float, height: float) -> Any:
