@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,3 +78,13 @@ def cpu_count() -> int:
 
 def chunks(items: list[Any], parts: int) -> Iterable[list[Any]]:
     return (items[i::parts] for i in range(parts))
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of ``rows`` (dicts with the same keys, in column order); "" for none."""
+    if not rows:
+        return ""
+    header = list(rows[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(row[key]) for key in header) + " |" for row in rows]
+    return "\n".join(lines)

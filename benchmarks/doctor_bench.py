@@ -26,6 +26,7 @@ from functools import partial
 import numpy as np
 import simplejpeg
 
+from benchmarks.common import markdown_table
 from torchloom.diagnose.doctor import diagnose
 from torchloom.diagnose.duplicates import NEAR_MAX_DISTANCE, hash_pairs
 from torchloom.diagnose.examine import examine_files
@@ -166,12 +167,12 @@ def doctor_section(quick: bool) -> str:
         "(DCT-scaled to ≥64 px), hashes it twice (BLAKE2b, DCT pHash), scores cleanvision's quality checks "
         "and searches duplicates.",
         "",
-        _table(rows),
+        markdown_table(rows),
         "",
         "Near-duplicate search alone (multi-index hashing, 4 bands, ≤ "
         f"{NEAR_MAX_DISTANCE} bits), random hashes:",
         "",
-        _table(search),
+        markdown_table(search),
         "",
         "| goal | measured | met |",
         "|---|---|---|",
@@ -182,12 +183,6 @@ def doctor_section(quick: bool) -> str:
         met = "yes" if versus >= CLEANVISION_GOAL else "no"
         lines.append(f"| doctor ≥ {CLEANVISION_GOAL:.0f}× cleanvision | {versus:.1f}× | {met} |")
     return "\n".join(lines)
-
-
-def _table(rows: list[dict[str, str]]) -> str:
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row[key] for key in header) + " |" for row in rows])
 
 
 def main() -> None:

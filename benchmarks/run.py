@@ -14,13 +14,12 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import torch
 
 from benchmarks.collate_bench import BATCH, ROUNDS, run_collate
-from benchmarks.common import cpu_count
+from benchmarks.common import cpu_count, markdown_table
 from benchmarks.doctor_bench import doctor_section
 from benchmarks.fast_path import cache_section, loader_section, tune_section
 from benchmarks.hyperspectral_bench import hyperspectral_section
@@ -39,15 +38,6 @@ GOALS = {
 }
 BARE_GOAL = 0.85
 MEMORY_GOAL = 0.1
-
-
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(row[key]) for key in header) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def pipeline_section(quick: bool) -> tuple[str, list[PipelineResult]]:

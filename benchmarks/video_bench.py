@@ -186,6 +186,6 @@ def video_section(quick: bool, table: Callable[[Sequence[dict[str, Any]]], str])
 
 
 if __name__ == "__main__":
-    from benchmarks.run import markdown_table
+    from benchmarks.common import markdown_table
 
     print(video_section(quick=False, table=markdown_table))
