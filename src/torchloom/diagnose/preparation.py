@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pa_parquet
 
+from torchloom.diagnose.duplicates import duplicate_groups
 from torchloom.diagnose.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
 from torchloom.diagnose.materialize import MaterializeMode, check_folder_name, materialize, target_names
 from torchloom.diagnose.raw import FileCheck, check_files, scan_raw
@@ -142,7 +143,8 @@ def prepare_dataset(
     if materialize_mode is not None:
         for label in classes:
             check_folder_name(label, "label")
-    groups = _duplicate_groups([scan.absolute(p) for p in paths], workers) if group_duplicates else []
+    # Groups come sorted, ordered by their first member (see duplicate_groups).
+    groups = duplicate_groups([scan.absolute(p) for p in paths], workers=workers) if group_duplicates else []
     unit_of, group_of = _units(len(paths), groups)
     problems["duplicate label conflict"] = _label_conflicts(groups, paths, labels)
     representative = {
@@ -183,14 +185,6 @@ def _problems(
         "ambiguous": [(path, why) for path, why in labelling.ambiguous if path not in unreadable],
         "unreadable": refused + list(unreadable.items()),
     }
-
-
-def _duplicate_groups(paths: list[str], workers: int | None) -> list[list[int]]:
-    try:
-        from torchloom.diagnose.duplicates import duplicate_groups
-    except ImportError as exc:  # the duplicates module ships with doctor
-        raise ConfigError(f"--group-duplicates needs torchloom.diagnose.duplicates ({exc})") from exc
-    return sorted(sorted(group) for group in duplicate_groups(paths, near=True, workers=workers))
 
 
 def _units(count: int, groups: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
