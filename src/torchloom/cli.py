@@ -15,8 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from torchloom.cache import DecodedCache
-from torchloom.datasets import FolderDataset, ManifestDataset
-from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.opening import open_image_dataset
 from torchloom.demo import DEFAULT_OUT, DEMO_COUNTS, run_demo
 from torchloom.demo_data import MIN_IMAGES_PER_CLASS
 from torchloom.diagnose import doctor, prepare, show
@@ -121,11 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None) -> int:
     """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
     try:
-        dataset: IndexedDataset = (
-            FolderDataset(data, on_error="skip", workers=workers)
-            if os.path.isdir(data)
-            else ManifestDataset(data, on_error="skip", workers=workers)
-        )
+        dataset = open_image_dataset(data, on_error="skip", workers=workers)
         cache = DecodedCache(
             dataset, out, max_side=max_side, location="memory" if memory else "disk", workers=workers
         )

@@ -43,8 +43,8 @@ from torchloom.diagnose.layout import DataLayout, find_layout
 from torchloom.diagnose.perceptual import HASH_BITS
 from torchloom.diagnose.plots import plots_available, write_plots
 from torchloom.diagnose.report import build_document, duplicate_pairs
-from torchloom.diagnose.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output
 from torchloom.errors import ConfigError, TorchloomError
+from torchloom.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output
 
 DEFAULT_OUT = "torchloom-doctor"
 REPORT_NAME = "report.json"

@@ -38,7 +38,6 @@ from PIL import Image
 
 from torchloom.diagnose.perceptual import HASH_IMAGE_SIDE, THUMBNAIL_SIDE, hash_image, phashes, resize_stack
 from torchloom.diagnose.quality import PIXEL_SCORES, shrink, stack_quality
-from torchloom.diagnose.terminal import Output
 from torchloom.errors import DecodeError, UnsafeFileError
 from torchloom.io.image import (
     DEFAULT_MAX_PIXELS,
@@ -48,6 +47,7 @@ from torchloom.io.image import (
     probe_image,
     read_bytes,
 )
+from torchloom.terminal import Output
 
 #: A JPEG is decoded at the smallest DCT scale whose sides are both at least this (pixels).
 ANALYSIS_MIN_SIDE = 64

@@ -42,8 +42,8 @@ from torchloom.diagnose.labels import Labelling, Rule, label_by_map, label_by_ru
 from torchloom.diagnose.materialize import MaterializeMode, check_folder_name, materialize, target_names
 from torchloom.diagnose.raw import FileCheck, check_files, scan_raw
 from torchloom.diagnose.split import SPLIT_NAMES, stratified_split
-from torchloom.diagnose.terminal import Output
 from torchloom.errors import ConfigError
+from torchloom.terminal import Output
 
 __all__ = ["PrepareResult", "parse_rules", "prepare_dataset"]
 

@@ -35,8 +35,8 @@ from typing import Any
 from torchloom.diagnose.labels import CSV_LABEL_COLUMNS, CSV_PATH_COLUMNS, parse_rules, read_label_map
 from torchloom.diagnose.preparation import PROBLEM_KINDS, PrepareResult, check_output_folder, prepare_dataset
 from torchloom.diagnose.split import parse_fractions
-from torchloom.diagnose.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, Output
 from torchloom.errors import ConfigError, MissingFileError, TorchloomError, UnsafeFileError
+from torchloom.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, Output
 
 #: The one problem kind whose files stay in the manifest (duplicates given different labels).
 KEPT_KIND = "duplicate label conflict"

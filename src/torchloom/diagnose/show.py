@@ -37,12 +37,13 @@ import torch
 from torchloom.collate import AsList, Collate, PadImages
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.opening import open_image_dataset
 from torchloom.diagnose.grid import Tile, draw_grid
-from torchloom.diagnose.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE
 from torchloom.diagnose.transform_spec import ALLOWED_TRANSFORMS, parse_transform_spec
 from torchloom.errors import ConfigError, TorchloomError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
+from torchloom.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -125,9 +126,7 @@ def run(args: argparse.Namespace) -> int:
 def open_dataset(data: str, *, transform: Any, seed: int) -> IndexedDataset:
     """A class folder as :class:`FolderDataset`, anything else as a :class:`ManifestDataset`;
     broken samples are skipped (and reported by ``run``), transform bugs raise."""
-    if os.path.isdir(data):
-        return FolderDataset(data, transform=transform, seed=seed, on_error="skip", progress=False)
-    return ManifestDataset(data, transform=transform, seed=seed, on_error="skip", progress=False)
+    return open_image_dataset(data, transform=transform, seed=seed, on_error="skip", progress=False)
 
 
 def choose_indices(size: int, count: int, *, seed: int) -> np.ndarray:

@@ -8,25 +8,16 @@ marked.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Any
 
-from torchloom.datasets import FolderDataset, ManifestDataset
-from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.opening import open_image_dataset
 from torchloom.loader.autotune import TuneResult, tune
-
-
-def load_data(data: str) -> IndexedDataset:
-    """A class folder as a FolderDataset, a manifest file as a ManifestDataset (bad files skipped)."""
-    if os.path.isdir(data):
-        return FolderDataset(data, on_error="skip")
-    return ManifestDataset(data, on_error="skip")
+from torchloom.terminal import Output
 
 
 def run_bench(data: str, *, batch_size: int, budget_s: float, as_json: bool, plot: str | None) -> int:
     """Measure, print and plot; returns the exit status."""
-    dataset = load_data(data)
+    dataset = open_image_dataset(data, on_error="skip")
     result = tune(dataset, batch_size=batch_size, budget_s=budget_s, progress=not as_json)
     if as_json:
         print(json.dumps(_as_json(result), indent=2))
@@ -58,21 +49,11 @@ def _as_json(result: TuneResult) -> dict[str, Any]:
 def _print_table(result: TuneResult) -> None:
     rows = result.rows()
     chosen = next(trial.name for trial in result.table if trial.setting == result.best)
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"loader settings measured in {result.elapsed_s:.1f} s")
-        for column in rows[0]:
-            table.add_column(column, justify="right" if column != "setting" else "left")
-        for row in rows:
-            table.add_row(*row.values(), style="bold green" if "(chosen)" in row["status"] else None)
-        Console().print(table)
-    else:
-        widths = {column: max(len(column), *(len(row[column]) for row in rows)) for column in rows[0]}
-        print("  ".join(column.ljust(widths[column]) for column in rows[0]))
-        for row in rows:
-            print("  ".join(value.ljust(widths[column]) for column, value in row.items()))
+    Output.for_stream().table(
+        f"loader settings measured in {result.elapsed_s:.1f} s",
+        list(rows[0]),
+        [list(row.values()) for row in rows],
+    )
     print(f"chosen: {chosen}")
 
 

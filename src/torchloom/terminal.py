@@ -1,4 +1,4 @@
-"""How the diagnose commands write: rich tables on a terminal, aligned plain text when piped.
+"""How the `torchloom` commands write: rich tables on a terminal, aligned plain text when piped.
 
 Every command prints through one :class:`Output`, so a person at a terminal gets coloured tables
 and a progress bar, and a pipe (``torchloom doctor data | grep``) gets plain aligned columns with

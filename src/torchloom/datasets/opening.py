@@ -1,0 +1,27 @@
+"""One rule for the command line's DATA argument: a folder is a class folder, a file a manifest."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.folder import FolderDataset
+from torchloom.datasets.manifest import ManifestDataset
+
+
+def open_image_dataset(data: str | os.PathLike[str], **options: Any) -> IndexedDataset:
+    """A folder (``DATA/<class>/<image>``) as a :class:`FolderDataset`, anything else as a
+    :class:`ManifestDataset`; ``options`` go to either constructor (``transform=``, ``on_error=``...).
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom.synthetic import write_class_folders
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_class_folders(root, [2, 1], size=(16, 16), progress=False)
+        >>> type(open_image_dataset(root, progress=False)).__name__
+        'FolderDataset'
+    """
+    if os.path.isdir(data):
+        return FolderDataset(data, **options)
+    return ManifestDataset(data, **options)
