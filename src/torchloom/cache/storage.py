@@ -211,10 +211,7 @@ class ImageStore:
 
     def read(self, index: int) -> np.ndarray:
         """Image ``index`` as a writable array of its own (a transform may change it in place)."""
-        if self._images is not None:
-            return np.array(self._images[index])
-        start, stop = int(self._offsets[index]), int(self._offsets[index + 1])
-        return np.array(self._blob[start:stop]).reshape(self.shape(index))
+        return np.array(self.view(index))
 
     def read_many(self, indices: Sequence[int]) -> list[np.ndarray]:
         """Several images; with the fixed layout, one gather for all of them."""
