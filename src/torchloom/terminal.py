@@ -41,7 +41,13 @@ T = TypeVar("T")
 
 @dataclass
 class Output:
-    """A command's output stream: ``rich=True`` draws tables, ``False`` prints aligned plain text."""
+    """A command's output stream: ``rich=True`` draws tables, ``False`` prints aligned plain text.
+
+    Example:
+        >>> import io
+        >>> Output.for_stream(io.StringIO()).rich  # not a terminal: plain text
+        False
+    """
 
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     rich: bool = False

@@ -55,7 +55,17 @@ TABLE_ROWS = 20
 @dataclass
 class DoctorReport:
     """The result of :func:`diagnose`: the report ``document`` (what ``report.json`` holds) and
-    the examined files (``layout``, ``facts``) it was built from."""
+    the examined files (``layout``, ``facts``) it was built from.
+
+    Example:
+        >>> import json, tempfile
+        >>> from torchloom.synthetic import write_class_folders
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_class_folders(root, [3, 3], size=(32, 32), empty=1, progress=False)
+        >>> report = diagnose(root)
+        >>> json.loads(report.to_json())["problems"]["by_kind"]
+        {'empty': 1}
+    """
 
     document: dict[str, Any]
     layout: DataLayout
@@ -95,6 +105,14 @@ def diagnose(
 
     ``workers``: threads reading files (default one per CPU). ``near_max_distance``: perceptual
     hashes at most this many bits apart (of 64) are near duplicates.
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom.synthetic import write_class_folders
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_class_folders(root, [4, 2], size=(32, 32), progress=False)
+        >>> diagnose(root).problems, diagnose(root).document["classes"]["imbalance_ratio"]
+        ([], 2.0)
     """
     if not 0 <= near_max_distance < HASH_BITS:
         raise ConfigError(f"near_max_distance must be in 0..{HASH_BITS - 1}, got {near_max_distance}")

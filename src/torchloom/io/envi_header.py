@@ -59,7 +59,13 @@ _INTEGER = re.compile(rf"\+?[0-9]{{1,{MAX_DIGITS}}}")
 
 
 class HeaderError(DecodeError):
-    """An ENVI header is malformed or inconsistent; names the file and the line or key."""
+    """An ENVI header is malformed or inconsistent; names the file and the line or key.
+
+    Example:
+        >>> error = HeaderError("scene.hdr", "line 2: samples = '-1' is not a whole number >= 1")
+        >>> isinstance(error, DecodeError), "scene.hdr" in str(error)
+        (True, True)
+    """
 
     def __reduce__(self) -> tuple[type[HeaderError], tuple[str, str | None]]:
         return (HeaderError, (self.path, self.reason))
