@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from PIL import Image
 from conftest import png_declaring, write_jpeg
 from torchloom import DecodeError, read_image
 from torchloom.io.image import decode_image, jpeg_scale_for, probe_image
+from torchloom.io.scratch import ScratchArrays
 from torchloom.synthetic import synthetic_image
 
 RGB = synthetic_image(np.random.default_rng(3), 40, 56, 2)
@@ -148,3 +150,39 @@ def test_float_images_are_refused(tmp_path: Path) -> None:
     Image.fromarray(np.zeros((4, 4), np.float32)).save(path)
     with pytest.raises(DecodeError, match="mode F"):
         read_image(path)
+
+
+def test_decoding_into_scratch_buffers_never_overwrites_a_kept_image(tmp_path: Path) -> None:
+    scratch = ScratchArrays()
+    datas = [write_jpeg(tmp_path / f"{i}.jpg", 40, 56, seed=i) for i in range(4)]
+    plain = [decode_image(data, f"{i}.jpg") for i, data in enumerate(datas)]
+    kept = decode_image(datas[0], "0.jpg", scratch=scratch)
+    cropped = decode_image(datas[1], "1.jpg", scratch=scratch)[5:20, 3:9]  # a view keeps its buffer
+    for i in (2, 3, 2, 3):
+        assert np.array_equal(decode_image(datas[i], f"{i}.jpg", scratch=scratch), plain[i])
+    assert np.array_equal(kept, plain[0]) and np.array_equal(cropped, plain[1][5:20, 3:9])
+    scaled = decode_image(datas[0], "0.jpg", min_size=(10, 10), scratch=scratch)  # 1/4 scale: 10x14
+    assert np.array_equal(scaled, decode_image(datas[0], "0.jpg", min_size=(10, 10)))
+
+
+def test_scratch_buffers_are_reused_once_free_and_not_pickled() -> None:
+    scratch = ScratchArrays(limit=2)
+    first = scratch.take(100)
+    assert scratch.take(50) is not first  # held: a second buffer
+    address = first.ctypes.data
+    del first
+    assert scratch.take(80).ctypes.data == address  # free and big enough: reused
+    held = [scratch.take(10), scratch.take(10)]  # both pooled buffers, now held
+    extra = scratch.take(10)  # the pool is full and nothing is free: a new, unpooled buffer
+    assert len({buffer.ctypes.data for buffer in [*held, extra]}) == 3 and len(scratch._buffers) == 2
+    assert len(pickle.loads(pickle.dumps(scratch))._buffers) == 0
+
+
+def test_a_corrupt_jpeg_reports_the_same_error_with_a_scratch_buffer(tmp_path: Path) -> None:
+    data = write_jpeg(tmp_path / "a.jpg", 40, 56)
+    broken = data[:200] + b"\x00" * 50
+    with pytest.raises(DecodeError) as plain:
+        decode_image(broken, "a.jpg")
+    with pytest.raises(DecodeError) as with_scratch:
+        decode_image(broken, "a.jpg", scratch=ScratchArrays())
+    assert str(with_scratch.value) == str(plain.value) and "a.jpg" in str(plain.value)

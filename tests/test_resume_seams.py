@@ -59,9 +59,7 @@ def recording(frames: int) -> Callable[[], dict[str, Any]]:
 def recordings_subject() -> Subject:
     return Subject(
         "synced_recordings",
-        lambda: SyncedRecordings(
-            [recording(7), recording(4), recording(9)], reference="cam", tolerance=0.02
-        ),
+        lambda: SyncedRecordings([recording(7), recording(4), recording(9)], reference="cam", tolerance=0.02),
         lambda dataset: (dataset, None),
         lambda batch: list(zip(batch["recording"].tolist(), batch["cam"].tolist(), strict=True)),
         finished_epoch_advances=False,

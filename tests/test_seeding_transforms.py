@@ -26,7 +26,10 @@ from torchloom import (
     collate,
     sample_rng,
 )
+from torchloom.buffers import BatchSlots
+from torchloom.errors import ConfigError
 from torchloom.io.image import decode_image
+from torchloom.seeding import sample_rngs
 from torchloom.transforms import plan_transform, to_chw_tensor
 from torchloom.transforms.geometry import Box, dct_denominator_for
 
@@ -147,3 +150,62 @@ def test_resize_center_crop_flip_to_tensor_normalize() -> None:
     with pytest.raises(ValueError, match="channel"):
         Normalize((0.5,), (0.5,))(batch)
     assert Lambda(lambda x: x + 1)(1, rng) == 2
+
+
+def test_batch_seeding_equals_sample_rng_bit_for_bit() -> None:
+    """Brute force: sample_rngs (the batch's SeedSequences computed as arrays) against numpy's own
+    SeedSequence, over one-word, multi-word and huge seeds, epochs and indices."""
+    values = [0, 1, 7, 2**31, 2**32 - 1, 2**32, 2**40 + 3, 2**64 - 1, 2**64, 2**70 + 5, 2**400 + 9]
+    draw = np.random.default_rng(0)
+    for _ in range(400):
+        seed, epoch = (int(draw.choice(values)) for _ in range(2))
+        indices = [int(draw.choice(values)) for _ in range(int(draw.integers(1, 7)))]
+        keys = [SampleKey(index, epoch=epoch) for index in indices]
+        batched = [g.integers(2**63, size=3).tolist() for g in sample_rngs(seed, keys)]
+        one_by_one = [sample_rng(seed, epoch, index).integers(2**63, size=3).tolist() for index in indices]
+        assert batched == one_by_one, (seed, epoch, indices)
+
+
+def test_batch_seeded_generators_spawn_and_report_like_sample_rng() -> None:
+    batched = sample_rngs(3, [SampleKey(11, epoch=2)])[0]
+    reference = sample_rng(3, 2, 11)
+    assert batched.bit_generator.seed_seq.entropy == reference.bit_generator.seed_seq.entropy
+    assert [child.random() for child in batched.spawn(3)] == [child.random() for child in reference.spawn(3)]
+    assert [child.random() for child in batched.spawn(1)] == [child.random() for child in reference.spawn(1)]
+    with pytest.raises(ConfigError):
+        sample_rngs(-1, [SampleKey(0)])
+
+
+def test_a_batch_generator_is_handed_out_once_then_fresh_ones(clean_folders: Path) -> None:
+    """A retry (or a second image) asks for the sample's generator again: it must start where the
+    first did, not continue the first one's draws."""
+    dataset = FolderDataset(clean_folders, transform=AUGMENT, progress=False)
+    slots = BatchSlots(2)
+    keys = [SampleKey(3, epoch=1), SampleKey(4, epoch=1)]
+    slots.generators = dataset.batch_generators(keys)
+    first = dataset.rng(keys[1], (slots, 1)).random(4).tolist()
+    again = dataset.rng(keys[1], (slots, 1)).random(4).tolist()
+    assert first == again == sample_rng(0, 1, 4).random(4).tolist()
+    assert dataset.batch_generators([3, SampleKey(4)]) is None  # plain ints draw from torch per sample
+
+
+def test_retried_sample_gets_the_same_augmentation_as_a_clean_read(clean_folders: Path) -> None:
+    """A transient error after the crop was drawn: the retry draws the same crop again."""
+
+    class FailsOnce:
+        calls = 0
+
+        def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+            FailsOnce.calls += 1
+            if FailsOnce.calls == 1:
+                raise OSError(5, "transient")  # EIO: retried
+            return image
+
+    keys = [SampleKey(2, epoch=4), SampleKey(6, epoch=4)]
+    flaky = FolderDataset(
+        clean_folders, transform=Compose([AUGMENT, FailsOnce()]), on_error="retry", progress=False
+    )
+    clean = FolderDataset(clean_folders, transform=AUGMENT, progress=False)
+    for got, expected in zip(flaky.__getitems__(keys), clean.__getitems__(keys), strict=True):
+        assert torch.equal(got["image"], expected["image"])
+    assert FailsOnce.calls == 3

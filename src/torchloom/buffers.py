@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
@@ -158,6 +159,10 @@ class BatchSlots:
         self.size = size
         self.allocate = allocate or empty_batch
         self.buffer: torch.Tensor | None = None
+        self._array: np.ndarray | None = None  # the buffer as numpy, made once (not per slot)
+        #: Each position's random generator, when the dataset seeded the batch's together (each is
+        #: taken, and replaced by None, by the first call for it).
+        self.generators: list[np.random.Generator | None] | None = None
 
     def slot(self, position: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
         if self.buffer is None:
@@ -166,3 +171,11 @@ class BatchSlots:
         if tuple(self.buffer.shape[1:]) != tuple(shape) or self.buffer.dtype != dtype:
             return None
         return self.buffer[position]
+
+    def slot_array(self, position: int) -> np.ndarray | None:
+        """Slot ``position`` (after :meth:`slot` handed it out) as a numpy view, for writers such as
+        OpenCV; ``None`` when the buffer has no numpy view (not on the CPU). Indexing one numpy view
+        of the buffer costs a fraction of indexing the tensor and converting each slot."""
+        if self._array is None and self.buffer is not None and self.buffer.device.type == "cpu":
+            self._array = self.buffer.numpy()
+        return None if self._array is None else self._array[position]

@@ -65,9 +65,7 @@ class Output:
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
         """Print a table; numbers are right-aligned, everything else left-aligned."""
         cells = [[_cell(value) for value in row] for row in rows]
-        numeric = [
-            bool(cells) and all(_is_number(row[i]) for row in cells) for i in range(len(columns))
-        ]
+        numeric = [bool(cells) and all(_is_number(row[i]) for row in cells) for i in range(len(columns))]
         if self.rich:
             table = Table(title=title, title_justify="left")
             for name, right in zip(columns, numeric, strict=True):

@@ -268,6 +268,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         clock = self.source.stage_clock
         began = time.perf_counter()
         resolved = [self._resolve(key) for key in keys]
+        slots.generators = self.source.batch_generators([key for _, key in resolved])
         cached = [index for index, _ in resolved if index not in self._failures]
         store = self._opened()
         # A transform that only reads gets views of the memory map; anything else a private copy.

@@ -177,7 +177,7 @@ class FolderDataset(IndexedDataset):
     def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
         path = self.index.paths[index]
         return {
-            "image": self.load_image(path, self.rng(key), slot),
+            "image": self.load_image(path, self.rng(key, slot), slot),
             "label": int(self.index.labels[index]),
             "index": key,
             "path": path,

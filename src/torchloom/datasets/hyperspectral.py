@@ -306,7 +306,7 @@ class HyperspectralDataset(IndexedDataset):
             clock.add("read", time.perf_counter() - began)
             began = time.perf_counter()
         if self.transform is not None:
-            image = self.transform(image, self.rng(key))
+            image = self.transform(image, self.rng(key, slot))
         sample: dict[str, Any] = {
             "image": self._to_tensor(image, slot),
             "label": int(self.index.labels[index]),

@@ -185,7 +185,7 @@ class ManifestDataset(IndexedDataset):
             values = column.values
             if column.key == self.image_key:
                 sample["path"] = values[index]
-                sample[column.key] = self.load_image(values[index], self.rng(key), slot)
+                sample[column.key] = self.load_image(values[index], self.rng(key, slot), slot)
             elif isinstance(values, StringColumn):
                 sample[column.key] = values[index]
             elif values.ndim == 2:

@@ -187,7 +187,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
 
     def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
         path = self.index.paths[index]
-        rng = self.rng(key)
+        rng = self.rng(key, slot)
         start, rate = float(self._numbers("start")[index]), float(self.rates[index])
         clip = read_frames(path, slot_times(start, rate, self.slots(index, rng)), inside=self.read_root)
         video = clip.frames if self.transform is None else self.transform(clip.frames, rng)

@@ -111,7 +111,7 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
         path = self.index.paths[index]
         volume = read_volume(path, key=self.key, inside=self.read_root, max_bytes=self.max_bytes)
         if self.transform is not None:
-            volume = self.transform(volume, self.rng(key))
+            volume = self.transform(volume, self.rng(key, slot))
         return self.labelled({"volume": volume_tensor(volume)}, index, key)
 
     def __repr__(self) -> str:

@@ -34,6 +34,7 @@ from PIL import Image, UnidentifiedImageError
 from torchloom.errors import DecodeError, UnsafeFileError
 from torchloom.io.orientation import ORIENTATION_TAG, jpeg_orientation, oriented_size, stored_size
 from torchloom.io.orientation import orient as orient_array
+from torchloom.io.scratch import ScratchArrays
 
 #: Pillow's own warning threshold: larger images are refused as possible decompression bombs.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -204,12 +205,14 @@ def decode_image(
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     orient: bool = True,
+    scratch: ScratchArrays | None = None,
 ) -> np.ndarray:
     """Decode encoded image bytes to an RGB ``uint8`` HWC array (upright, unless ``orient=False``).
 
     ``min_size`` (``int`` or ``(height, width)``) lets a JPEG decode at the smallest of 1/2,
     1/4 or 1/8 scale whose height and width are still at least that large; other formats always
-    decode at full size. ``path`` is only used in error messages.
+    decode at full size. ``path`` is only used in error messages. With ``scratch``, a JPEG is
+    decoded into a reused buffer of that pool (already-touched memory) instead of a new array.
 
     Example:
         >>> import numpy as np, simplejpeg
@@ -221,7 +224,7 @@ def decode_image(
         orientation = jpeg_orientation(data) if orient else 1
         if min_size is not None:  # min_size is in displayed coordinates; the decoder sees stored ones
             min_size = stored_size(*_as_pair(min_size), orientation)
-        return _orient(_decode_jpeg(data, path, min_size, max_pixels), orientation)
+        return _orient(_decode_jpeg(data, path, min_size, max_pixels, scratch), orientation)
     return _decode_with_pillow(data, path, max_pixels, orient)
 
 
@@ -268,7 +271,11 @@ def jpeg_scale_for(height: int, width: int, min_size: SizeLike | None) -> int:
 
 
 def _decode_jpeg(
-    data: bytes, path: str | os.PathLike[str], min_size: SizeLike | None, max_pixels: int
+    data: bytes,
+    path: str | os.PathLike[str],
+    min_size: SizeLike | None,
+    max_pixels: int,
+    scratch: ScratchArrays | None = None,
 ) -> np.ndarray:
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
@@ -279,13 +286,17 @@ def _decode_jpeg(
         # libjpeg-turbo ignores Adobe's inverted-CMYK marker; Pillow handles it.
         return _decode_with_pillow(data, path, max_pixels)
     denominator = jpeg_scale_for(height, width, min_size)
+    min_height, min_width = math.ceil(height / denominator), math.ceil(width / denominator)
+    if scratch is not None:
+        try:
+            buffer = scratch.take(min_height * min_width * 3)
+            return simplejpeg.decode_jpeg(
+                data, colorspace="RGB", min_height=min_height, min_width=min_width, buffer=buffer
+            )
+        except ValueError:
+            pass  # decoded again below without the buffer, for the decoder's own error message
     try:
-        return simplejpeg.decode_jpeg(
-            data,
-            colorspace="RGB",
-            min_height=math.ceil(height / denominator),
-            min_width=math.ceil(width / denominator),
-        )
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=min_height, min_width=min_width)
     except ValueError as exc:
         raise DecodeError(path, f"corrupt or truncated JPEG ({exc})") from exc
 

@@ -54,8 +54,11 @@ def to_chw_tensor(image: Any) -> torch.Tensor:
     return torch.from_numpy(image).permute(2, 0, 1).contiguous()
 
 
-def write_chw(image: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+def write_chw(image: np.ndarray, out: torch.Tensor, out_array: np.ndarray | None = None) -> torch.Tensor:
     """Copy an HWC array into the CHW tensor ``out`` (one strided copy); returns ``out``.
+
+    ``out_array``, when given, is ``out`` as a numpy view (e.g. :meth:`BatchSlots.slot_array`),
+    which saves converting each channel plane of ``out`` here.
 
     Example:
         >>> import numpy as np, torch
@@ -66,7 +69,11 @@ def write_chw(image: np.ndarray, out: torch.Tensor) -> torch.Tensor:
     channels = image.shape[2]
     if image.dtype == np.uint8 and 1 < channels <= 4 and out.is_contiguous() and out.device.type == "cpu":
         # cv2.split writes each channel plane straight into ``out``: ~3x torch's strided copy.
-        planes = [out[channel].numpy() for channel in range(channels)]
+        planes = (
+            list(out_array)
+            if out_array is not None
+            else [out[channel].numpy() for channel in range(channels)]
+        )
         written = cv2.split(image, planes)
         if all(result is plane for result, plane in zip(written, planes, strict=True)):
             return out
