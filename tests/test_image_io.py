@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from pathlib import Path
 
@@ -186,3 +187,18 @@ def test_a_corrupt_jpeg_reports_the_same_error_with_a_scratch_buffer(tmp_path: P
     with pytest.raises(DecodeError) as with_scratch:
         decode_image(broken, "a.jpg", scratch=ScratchArrays())
     assert str(with_scratch.value) == str(plain.value) and "a.jpg" in str(plain.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_with_its_own_scratch_pool() -> None:
+    scratch = ScratchArrays()
+    scratch.take(64)
+    scratch._lock.acquire()  # as if a thread of the parent was inside take() when it forked
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: take() must neither hang on the copied lock nor reuse the parent's buffers
+            os._exit(0 if scratch.take(64) is not None and len(scratch._buffers) == 1 else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        scratch._lock.release()
+    assert os.waitstatus_to_exitcode(status) == 0

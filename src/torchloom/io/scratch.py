@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -21,7 +22,7 @@ class ScratchArrays:
     here: a 256 px JPEG decodes in ~425 µs into a reused buffer against ~480 µs into a new one). A
     buffer is handed out again only when no array (view or not) refers to it any more, so an image
     a transform passes through, or a caller keeps, is never overwritten. Pickling (a DataLoader
-    worker, a deep copy) gives an empty pool.
+    worker, a deep copy) gives an empty pool, and so does a fork.
 
     Example:
         >>> scratch = ScratchArrays()
@@ -36,14 +37,20 @@ class ScratchArrays:
 
     def __init__(self, limit: int = 8) -> None:
         self.limit = limit
+        self._empty()
+
+    def _empty(self) -> None:
         self._buffers: list[np.ndarray] = []
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def __reduce__(self) -> tuple[type[ScratchArrays], tuple[int]]:
         return (ScratchArrays, (self.limit,))
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 1-D ``uint8`` array of at least ``nbytes`` that nothing else refers to."""
+        if os.getpid() != self._pid:  # a forked child: its parent's lock may have been held mid-take
+            self._empty()
         with self._lock:
             # References to a free buffer: the pool's list and getrefcount's own argument.
             free = [
