@@ -152,10 +152,11 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             if clock is not None:
                 clock.add("read", time.perf_counter() - began)
                 began = time.perf_counter()
-            plan = None
+            plan, orientation = None, None
             if transform is not None:
                 header = probe_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
                 plan = plan_transform(transform, header.height, header.width, rng)
+                orientation = header.orientation
             decoded = decode_image(
                 data,
                 path,
@@ -163,6 +164,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
                 max_pixels=self.max_pixels,
                 orient=self.exif_orientation,
                 scratch=self._scratch,
+                orientation=orientation,
             )
             if clock is not None:
                 clock.add("decode", time.perf_counter() - began)

@@ -206,6 +206,7 @@ def decode_image(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     orient: bool = True,
     scratch: ScratchArrays | None = None,
+    orientation: int | None = None,
 ) -> np.ndarray:
     """Decode encoded image bytes to an RGB ``uint8`` HWC array (upright, unless ``orient=False``).
 
@@ -213,6 +214,8 @@ def decode_image(
     1/4 or 1/8 scale whose height and width are still at least that large; other formats always
     decode at full size. ``path`` is only used in error messages. With ``scratch``, a JPEG is
     decoded into a reused buffer of that pool (already-touched memory) instead of a new array.
+    ``orientation``: the JPEG's EXIF orientation when the caller already read it (``probe_image``'s
+    header), so the segments are not walked again.
 
     Example:
         >>> import numpy as np, simplejpeg
@@ -221,7 +224,10 @@ def decode_image(
         (20, 20, 3)
     """
     if data.startswith(JPEG_MAGIC):
-        orientation = jpeg_orientation(data) if orient else 1
+        if not orient:
+            orientation = 1
+        elif orientation is None:
+            orientation = jpeg_orientation(data)
         if min_size is not None:  # min_size is in displayed coordinates; the decoder sees stored ones
             min_size = stored_size(*_as_pair(min_size), orientation)
         return _orient(_decode_jpeg(data, path, min_size, max_pixels, scratch), orientation)
