@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 from pathlib import Path
 
@@ -209,3 +210,26 @@ def test_retried_sample_gets_the_same_augmentation_as_a_clean_read(clean_folders
     for got, expected in zip(flaky.__getitems__(keys), clean.__getitems__(keys), strict=True):
         assert torch.equal(got["image"], expected["image"])
     assert FailsOnce.calls == 3
+
+
+def _reference_box(crop: RandomResizedCrop, height: int, width: int, rng: np.random.Generator) -> Box | None:
+    """RandomResizedCrop's draws written with rng.uniform, as the first release drew them."""
+    log_ratio = (math.log(crop.ratio[0]), math.log(crop.ratio[1]))
+    for _ in range(10):
+        target_area = height * width * rng.uniform(crop.scale[0], crop.scale[1])
+        aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        box_width, box_height = round(math.sqrt(target_area * aspect)), round(math.sqrt(target_area / aspect))
+        if 0 < box_width <= width and 0 < box_height <= height:
+            top = int(rng.integers(0, height - box_height + 1))
+            return Box(top, int(rng.integers(0, width - box_width + 1)), box_height, box_width)
+    return None  # the centred fallback
+
+
+def test_crop_draws_are_those_of_rng_uniform() -> None:
+    """The crop box is drawn as low + span * random(): the very boxes rng.uniform gave."""
+    for crop in (RandomResizedCrop(224), RandomResizedCrop(32, scale=(0.2, 1.0), ratio=(0.5, 2.0))):
+        for seed in range(1500):
+            height, width = 64 + seed % 300, 64 + (seed * 7) % 500
+            expected = _reference_box(crop, height, width, np.random.default_rng(seed))
+            drawn = crop.draw_box(height, width, np.random.default_rng(seed))
+            assert expected is None or drawn == expected, (seed, drawn, expected)
