@@ -300,7 +300,7 @@ def result_tables(result: PeersResult, table: Callable[[Sequence[dict[str, Any]]
 
 
 def peers_section(quick: bool, table: Callable[[Sequence[dict[str, Any]]], str]) -> str:
-    count, rounds = (256, 1) if quick else (2048, 3)
+    count, rounds = (256, 1) if quick else (2048, 5)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="torchloom-bench-peers-") as folder:
         root = os.path.join(folder, "data")
