@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 from pathlib import Path
@@ -175,6 +176,18 @@ def test_batch_seeded_generators_spawn_and_report_like_sample_rng() -> None:
     assert [child.random() for child in batched.spawn(1)] == [child.random() for child in reference.spawn(1)]
     with pytest.raises(ConfigError):
         sample_rngs(-1, [SampleKey(0)])
+
+
+def test_batch_seeded_generators_pickle_and_deep_copy_like_sample_rng() -> None:
+    """A transform may keep, copy or checkpoint its generator: state and seed sequence go with it."""
+    batched, reference = sample_rngs(5, [SampleKey(8, epoch=3)])[0], sample_rng(5, 3, 8)
+    for generator in (batched, reference):
+        generator.random(3)
+        generator.spawn(2)
+    for copied in (pickle.loads(pickle.dumps(batched)), copy.deepcopy(batched)):
+        twin = copy.deepcopy(reference)
+        assert copied.random(4).tolist() == twin.random(4).tolist()
+        assert copied.spawn(1)[0].random() == twin.spawn(1)[0].random()
 
 
 def test_a_batch_generator_is_handed_out_once_then_fresh_ones(clean_folders: Path) -> None:

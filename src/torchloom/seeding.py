@@ -169,7 +169,8 @@ def _seed_states(entropy: np.ndarray) -> np.ndarray:
     for word in range(_STATE_WORDS):
         value = (pool[word % _POOL_WORDS] ^ _STATE_CONSTANTS[word]) * _STATE_CONSTANTS[word + 1]
         state[:, word] = value ^ (value >> _SHIFT)
-    return np.ascontiguousarray(state.view("<u8"), dtype=np.uint64)
+    # As SeedSequence does, for the same values on any byte order: pairs of words as little-endian.
+    return state.astype("<u4", copy=False).view("<u8").astype(np.uint64, copy=False)
 
 
 class _SeededState:
@@ -190,13 +191,19 @@ class _SeededState:
 
     def generate_state(self, n_words: int, dtype: type = np.uint32) -> np.ndarray:
         if n_words == self._state.size and dtype is np.uint64:
-            return self._state  # PCG64 seeds from 4 native uint64 words
+            return self._state.copy()  # PCG64 seeds from 4 native uint64 words
         return self._equivalent().generate_state(n_words, dtype)
 
     def spawn(self, n_children: int) -> list[np.random.SeedSequence]:
         return self._equivalent().spawn(n_children)
 
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        # Pickled (a deep copy, a checkpointed generator) as the equivalent SeedSequence itself.
+        return self._equivalent().__reduce__()
+
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not set yet (e.g. mid-unpickling): never recurse into _equivalent
+            raise AttributeError(name)
         return getattr(self._equivalent(), name)
 
 
