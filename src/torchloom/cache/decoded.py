@@ -30,7 +30,6 @@ from torchloom.cache.storage import INPUTS_FILE, META_FILE, ImageStore
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.errors import ConfigError, SampleError, UsageError
 from torchloom.faults import Skipped
-from torchloom.seeding import SampleKey
 from torchloom.timing import StageClock
 from torchloom.transforms.base import leaves_input_intact
 
@@ -284,8 +283,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         ]
 
     def _resolve(self, key: int) -> tuple[int, int]:
-        index = self.source._checked_index(key)
-        return index, SampleKey(index, key.epoch) if isinstance(key, SampleKey) else index
+        key = self.source._checked_key(key)
+        return int(key), key
 
     def _get(
         self, index: int, key: int, slot: Slot | None, image: np.ndarray | None

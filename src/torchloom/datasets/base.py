@@ -82,7 +82,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         return repr(self)
 
     def __getitem__(self, key: int) -> dict[str, Any] | Skipped:
-        return self._get(key, None)
+        return self._get(self._checked_key(key), None)
 
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any] | Skipped]:
         """Load a batch; DataLoader calls this with a batch's keys when it exists.
@@ -94,12 +94,13 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
 
     def getitems_into(self, keys: Sequence[int], slots: BatchSlots) -> list[dict[str, Any] | Skipped]:
         """``__getitems__`` into the given batch slots (the thread Loader's reused buffers)."""
-        slots.generators = self.batch_generators([self._checked_key(key) for key in keys])
-        return [self._get(key, (slots, position)) for position, key in enumerate(keys)]
+        checked = [self._checked_key(key) for key in keys]
+        slots.generators = self.batch_generators(checked)
+        return [self._get(key, (slots, position)) for position, key in enumerate(checked)]
 
     def _get(self, key: int, slot: Slot | None) -> dict[str, Any] | Skipped:
-        index = self._checked_index(key)
-        key = self._checked_key(key)
+        """Sample ``key`` (as :meth:`_checked_key` returned it) under the fault policy."""
+        index = int(key)
         path = self.index.paths[index] if len(self.index.paths) else None
         result = self.policy.run(index, path, lambda: self._load(index, key, slot), self._fault_name)
         if self.debug and not isinstance(result, Skipped):
