@@ -128,6 +128,21 @@ class ConfigError(TorchloomError, ValueError):
     """An argument or setting is invalid; says what was given and what would work."""
 
 
+def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
+    """Raise :class:`ConfigError` naming the setting and its choices unless ``value`` is one of them.
+
+    Example:
+        >>> check_choice("mode", "inverse", ("inverse", "sqrt"))
+        >>> try:
+        ...     check_choice("mode", "log", ("inverse", "sqrt"))
+        ... except ConfigError as error:
+        ...     print(error)
+        Invalid mode='log'; must be one of ('inverse', 'sqrt')
+    """
+    if value not in choices:
+        raise ConfigError(f"Invalid {name}={value!r}; must be one of {choices}")
+
+
 class UsageError(TorchloomError, TypeError):
     """torchloom was called in a way it does not support (a wrong key type, a length asked of a stream)."""
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeVar
 
-from torchloom.errors import ConfigError, DataError, DecodeError, SampleError, TorchloomError
+from torchloom.errors import ConfigError, DataError, DecodeError, SampleError, TorchloomError, check_choice
 
 T = TypeVar("T")
 
@@ -111,8 +111,7 @@ class FaultPolicy:
     after_retries: Literal["raise", "skip"] = "raise"
 
     def __post_init__(self) -> None:
-        if self.on_error not in ON_ERROR_CHOICES:
-            raise ConfigError(f"Invalid on_error={self.on_error!r}; must be one of {ON_ERROR_CHOICES}")
+        check_choice("on_error", self.on_error, ON_ERROR_CHOICES)
         if self.after_retries not in ("raise", "skip"):
             raise ConfigError(f"Invalid after_retries={self.after_retries!r}; use 'raise' or 'skip'")
         if self.retries < 0 or self.backoff < 0:
@@ -123,8 +122,7 @@ class FaultPolicy:
         """Accept a policy or one of the strings ``"raise"``, ``"skip"``, ``"retry"``."""
         if isinstance(value, FaultPolicy):
             return value
-        if value not in ON_ERROR_CHOICES:
-            raise ConfigError(f"Invalid on_error={value!r}; must be one of {ON_ERROR_CHOICES}")
+        check_choice("on_error", value, ON_ERROR_CHOICES)
         return cls(on_error=value)  # type: ignore[arg-type]
 
     def run(self, index: int, path: str | None, load: Callable[[], T], dataset: str = "") -> T | Skipped:

@@ -28,7 +28,7 @@ from torchloom.cache.memory import SharedCopy, format_bytes
 from torchloom.cache.opening import CacheProblem, inspect_cache, map_again
 from torchloom.cache.storage import INPUTS_FILE, META_FILE, ImageStore
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.errors import ConfigError, SampleError, UsageError
+from torchloom.errors import ConfigError, SampleError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.timing import StageClock
 from torchloom.transforms.base import leaves_input_intact
@@ -142,8 +142,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
                 f"DecodedCache caches a FolderDataset or ManifestDataset (an IndexedDataset), "
                 f"got {type(dataset).__name__}"
             )
-        if location not in LOCATIONS:
-            raise ConfigError(f"Invalid location={location!r}; must be one of {LOCATIONS}")
+        check_choice("location", location, LOCATIONS)
         if max_side is not None and (type(max_side) is not int or max_side < 1):
             raise ConfigError(f"max_side must be a positive int or None, got {max_side=}")
         if workers is not None and workers < 1:

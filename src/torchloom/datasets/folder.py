@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.errors import ConfigError, EmptyDatasetError, MissingFileError, ValidationFailedError
+from torchloom.errors import (
+    EmptyDatasetError,
+    MissingFileError,
+    ValidationFailedError,
+    check_choice,
+)
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
     VALIDATE_CHOICES,
@@ -81,8 +86,7 @@ class FolderDataset(IndexedDataset):
         workers: int | None = None,
         progress: bool = True,
     ) -> None:
-        if validate not in VALIDATE_CHOICES:
-            raise ConfigError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
+        check_choice("validate", validate, VALIDATE_CHOICES)
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise MissingFileError(f"FolderDataset root {self.root!r} is not a folder")

@@ -26,7 +26,7 @@ import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.spatial_split import touches_other_split
-from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError
+from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError, check_choice
 from torchloom.faults import FaultPolicy
 from torchloom.index import SampleIndex, StringColumn
 from torchloom.io.cube import CubeSource
@@ -191,8 +191,7 @@ class HyperspectralDataset(IndexedDataset):
             raise ConfigError(
                 "pass labels= (one per cube: whole cubes) or masks= (per pixel: patches), not both"
             )
-        if padding not in PADDINGS:
-            raise ConfigError(f"Invalid padding={padding!r}; must be one of {PADDINGS}")
+        check_choice("padding", padding, PADDINGS)
         if (splits is None) != (split is None):
             raise ConfigError("splits= (per-pixel split ids) and split= (the id to keep) go together")
         if masks is None:

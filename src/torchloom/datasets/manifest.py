@@ -12,7 +12,7 @@ import torch
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Key, Label, Text
-from torchloom.errors import ConfigError, EmptyDatasetError, FieldNotFoundError, ManifestError
+from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError, check_choice
 from torchloom.faults import FaultPolicy
 from torchloom.index import (
     VALIDATE_CHOICES,
@@ -86,8 +86,7 @@ class ManifestDataset(IndexedDataset):
         workers: int | None = None,
         progress: bool = True,
     ) -> None:
-        if validate not in VALIDATE_CHOICES:
-            raise ConfigError(f"Invalid validate={validate!r}; must be one of {VALIDATE_CHOICES}")
+        check_choice("validate", validate, VALIDATE_CHOICES)
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
         table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields))

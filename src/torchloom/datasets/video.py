@@ -11,7 +11,7 @@ import torch
 
 from torchloom.datasets.base import Slot
 from torchloom.datasets.sources import ProbedFileDataset, Source
-from torchloom.errors import ConfigError, DataError, TransformError
+from torchloom.errors import ConfigError, DataError, TransformError, check_choice
 from torchloom.faults import FaultPolicy
 from torchloom.io.video import VideoHeader, probe_video, read_frames, slot_times, verify_video
 from torchloom.transforms.base import Transform
@@ -216,12 +216,9 @@ def _check_config(frames: int, sampling: str, stride: int, short: str, validate:
             f"frames={frames} with stride={stride} spans {(frames - 1) * stride:,} frames, more than any "
             f"video holds (at most {MAX_CLIP_SPAN:,} here); use a smaller stride"
         )
-    if sampling not in SAMPLINGS:
-        raise ConfigError(f"Invalid sampling={sampling!r}; must be one of {SAMPLINGS}")
-    if short not in SHORT_CLIPS:
-        raise ConfigError(f"Invalid short={short!r}; must be one of {SHORT_CLIPS}")
-    if validate not in VIDEO_VALIDATE:
-        raise ConfigError(f"Invalid validate={validate!r}; must be one of {VIDEO_VALIDATE}")
+    check_choice("sampling", sampling, SAMPLINGS)
+    check_choice("short", short, SHORT_CLIPS)
+    check_choice("validate", validate, VIDEO_VALIDATE)
 
 
 def _to_tchw(video: Any) -> torch.Tensor:

@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import Dataset
 
 from torchloom.datasets.table import TableDataset
-from torchloom.errors import ConfigError, SampleIndexError, TorchloomError, UsageError
+from torchloom.errors import ConfigError, SampleIndexError, TorchloomError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.index import StringColumn
 from torchloom.seeding import SampleKey
@@ -100,10 +100,8 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         how: Literal["inner", "left"] = "inner",
         missing: Literal["drop", "mask"] = "drop",
     ) -> None:
-        if how not in HOW_CHOICES:
-            raise ConfigError(f"Invalid how={how!r}; must be one of {HOW_CHOICES}")
-        if missing not in MISSING_CHOICES:
-            raise ConfigError(f"Invalid missing={missing!r}; must be one of {MISSING_CHOICES}")
+        check_choice("how", how, HOW_CHOICES)
+        check_choice("missing", missing, MISSING_CHOICES)
         if len(sources) < 2:
             raise ConfigError(f"JoinedDataset needs at least two sources, got {list(sources)}")
         self.on, self.how, self.missing = on, how, missing

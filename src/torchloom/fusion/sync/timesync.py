@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from torch.utils.data import Dataset
 
-from torchloom.errors import ConfigError, SampleIndexError, UsageError
+from torchloom.errors import ConfigError, SampleIndexError, UsageError, check_choice
 from torchloom.fusion.sync.clock import FLOAT, Clock, Span, check_span, kind_of_scalar, shared_clock
 from torchloom.fusion.sync.offline import OfflineAlignment
 from torchloom.fusion.sync.online import (
@@ -100,10 +100,8 @@ class TimeSync(Dataset[dict[str, Any]]):
         max_gap: Span | None = None,
         reorder_window: int | None = None,
     ) -> None:
-        if policy not in POLICIES:
-            raise ConfigError(f"Invalid policy={policy!r}; must be one of {POLICIES}")
-        if on_gap not in GAP_RULES:
-            raise ConfigError(f"Invalid on_gap={on_gap!r}; must be one of {GAP_RULES}")
+        check_choice("policy", policy, POLICIES)
+        check_choice("on_gap", on_gap, GAP_RULES)
         if reference not in streams:
             raise ConfigError(f"reference={reference!r} is not one of the streams {list(streams)}")
         if reorder_window is not None and reorder_window < 0:
