@@ -18,13 +18,13 @@ Example:
 
 from __future__ import annotations
 
-import sys
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from torchloom.io.scratch import ReusePool
 
 # Attribute set on buffers made by BatchSlots: only their slots may be batched without a copy.
 BATCH_BUFFER_MARK = "_torchloom_batch_buffer"
@@ -88,7 +88,7 @@ def storage_users(tensor: torch.Tensor) -> int | None:
     return int(count(tensor.untyped_storage()._cdata)) - 1  # the temporary storage object counts one
 
 
-class BufferPool:
+class BufferPool(ReusePool[torch.Tensor]):
     """Batch buffers reused once nothing else holds them, so batches land in already-touched pages.
 
     A fresh batch buffer is faulted in page by page as it is first written (SPEC §6: ~3 µs per
@@ -109,38 +109,24 @@ class BufferPool:
     """
 
     def __init__(self, limit: int = 16) -> None:
-        self.limit = limit
+        super().__init__(limit)
         #: Buffers allocated so far (reuse keeps this from growing with every batch).
         self.allocated = 0
-        self._buffers: list[torch.Tensor] = []
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._buffers)
 
     def take(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        shape = tuple(int(size) for size in shape)
-        with self._lock:
-            for position in range(len(self._buffers)):
-                if self._matches(position, shape, dtype) and self._free(position):
-                    return self._buffers[position]
-            buffer = torch.empty(shape, dtype=dtype)
-            self.allocated += 1
-            if len(self._buffers) >= self.limit:  # drop one nobody holds, else do not pool this one
-                free = [position for position in range(len(self._buffers)) if self._free(position)]
-                if not free:
-                    return buffer
-                del self._buffers[free[0]]
-            self._buffers.append(buffer)
-            return buffer
+        size = tuple(int(extent) for extent in shape)
+        return self.reuse_or_add(
+            lambda buffer: tuple(buffer.shape) == size and buffer.dtype == dtype,
+            lambda: self._allocate(size, dtype),
+        )
 
-    def _matches(self, position: int, shape: tuple[int, ...], dtype: torch.dtype) -> bool:
-        return tuple(self._buffers[position].shape) == shape and self._buffers[position].dtype == dtype
+    def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        self.allocated += 1
+        return torch.empty(shape, dtype=dtype)
 
     def _free(self, position: int) -> bool:
         """Nothing but the pool holds buffer ``position``: not the tensor object, not its storage."""
-        # References to the object when free: the pool's list and getrefcount's own argument.
-        return sys.getrefcount(self._buffers[position]) <= 2 and storage_users(self._buffers[position]) == 1
+        return super()._free(position) and storage_users(self._buffers[position]) == 1
 
 
 class BatchSlots:

@@ -11,11 +11,65 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import numpy as np
 
+Buffer = TypeVar("Buffer")
 
-class ScratchArrays:
+
+class ReusePool(Generic[Buffer]):
+    """Buffers handed out again once nothing but the pool refers to them; at most ``limit`` kept.
+
+    The shared mechanism of :class:`ScratchArrays` (decode targets) and
+    :class:`torchloom.buffers.BufferPool` (batch buffers): a request takes the first pooled buffer
+    that fits and is free, else a new one, which replaces a free pooled one when the pool is full
+    (and is not pooled when every pooled buffer is held).
+
+    Example:
+        >>> pool = ReusePool[bytearray](limit=1)
+        >>> first = pool.reuse_or_add(lambda buffer: len(buffer) >= 4, lambda: bytearray(8))
+        >>> pool.reuse_or_add(lambda buffer: len(buffer) >= 4, lambda: bytearray(8)) is first
+        False
+        >>> del first
+        >>> len(pool.reuse_or_add(lambda buffer: len(buffer) >= 4, lambda: bytearray(16)))
+        8
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._clear()
+
+    def _clear(self) -> None:
+        self._buffers: list[Buffer] = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    def reuse_or_add(self, fits: Callable[[Buffer], bool], allocate: Callable[[], Buffer]) -> Buffer:
+        """The first free pooled buffer ``fits`` accepts, else ``allocate()`` (pooled if there is room)."""
+        with self._lock:
+            for position in range(len(self._buffers)):
+                if fits(self._buffers[position]) and self._free(position):
+                    return self._buffers[position]
+            buffer = allocate()
+            if len(self._buffers) >= self.limit:  # replace a free one, else do not pool this one
+                free = [position for position in range(len(self._buffers)) if self._free(position)]
+                if not free:
+                    return buffer
+                del self._buffers[free[0]]
+            self._buffers.append(buffer)
+            return buffer
+
+    def _free(self, position: int) -> bool:
+        """Nothing but the pool refers to buffer ``position`` (no array, view or tensor)."""
+        # References to a free buffer: the pool's list and getrefcount's own argument.
+        return sys.getrefcount(self._buffers[position]) <= 2
+
+
+class ScratchArrays(ReusePool[np.ndarray]):
     """Byte buffers a decoder writes into, reused once nothing else holds them.
 
     A freshly allocated decode target is faulted in page by page as the decoder writes it (measured
@@ -36,12 +90,7 @@ class ScratchArrays:
     """
 
     def __init__(self, limit: int = 8) -> None:
-        self.limit = limit
-        self._empty()
-
-    def _empty(self) -> None:
-        self._buffers: list[np.ndarray] = []
-        self._lock = threading.Lock()
+        super().__init__(limit)
         self._pid = os.getpid()
 
     def __reduce__(self) -> tuple[type[ScratchArrays], tuple[int]]:
@@ -50,21 +99,6 @@ class ScratchArrays:
     def take(self, nbytes: int) -> np.ndarray:
         """A 1-D ``uint8`` array of at least ``nbytes`` that nothing else refers to."""
         if os.getpid() != self._pid:  # a forked child: its parent's lock may have been held mid-take
-            self._empty()
-        with self._lock:
-            # References to a free buffer: the pool's list and getrefcount's own argument.
-            free = [
-                position
-                for position in range(len(self._buffers))
-                if sys.getrefcount(self._buffers[position]) <= 2
-            ]
-            for position in free:
-                if self._buffers[position].nbytes >= nbytes:
-                    return self._buffers[position]
-            buffer = np.empty(nbytes, np.uint8)
-            if len(self._buffers) >= self.limit:  # replace a free (too small) one, else do not pool
-                if not free:
-                    return buffer
-                del self._buffers[free[0]]
-            self._buffers.append(buffer)
-            return buffer
+            self._clear()
+            self._pid = os.getpid()
+        return self.reuse_or_add(lambda buffer: buffer.nbytes >= nbytes, lambda: np.empty(nbytes, np.uint8))
