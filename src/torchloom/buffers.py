@@ -28,6 +28,9 @@ from torchloom.io.scratch import ReusePool
 
 # Attribute set on buffers made by BatchSlots: only their slots may be batched without a copy.
 BATCH_BUFFER_MARK = "_torchloom_batch_buffer"
+#: Attribute of a leased worker buffer, and of the batch made from it, holding its lease
+#: (see :mod:`torchloom.worker_batches`).
+LEASE_ATTRIBUTE = "_torchloom_lease"
 
 
 def empty_batch(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -64,9 +67,13 @@ def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
         ):
             return None
     shape = (len(tensors), *first.shape)
-    return torch.empty(0, dtype=first.dtype).set_(
+    block = torch.empty(0, dtype=first.dtype).set_(
         first.untyped_storage(), start, shape, contiguous_strides(shape)
     )
+    lease = getattr(base, LEASE_ATTRIBUTE, None)
+    if lease is not None:
+        setattr(block, LEASE_ATTRIBUTE, lease)
+    return block
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:

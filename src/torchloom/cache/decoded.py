@@ -250,7 +250,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
 
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any] | Skipped]:
         """Load a batch: one gather from the cache, images written into one batch buffer."""
-        return self.getitems_into(keys, BatchSlots(len(keys)))
+        return self.getitems_into(keys, BatchSlots(len(keys), self.source._batch_buffers.take))
 
     @property
     def stage_clock(self) -> StageClock | None:

@@ -24,6 +24,7 @@ from torch.utils.data import get_worker_info
 from torchloom.buffers import consecutive_block, empty_batch
 from torchloom.errors import TorchloomError
 from torchloom.faults import SKIPPED_KEY, Skipped
+from torchloom.worker_batches import ship
 
 
 class CollateError(TorchloomError, ValueError):
@@ -52,7 +53,7 @@ def collate(batch: Sequence[Any]) -> Any:
         if SKIPPED_KEY in result:
             raise CollateError(f"samples already hold a {SKIPPED_KEY!r} field; rename it")
         result[SKIPPED_KEY] = skipped
-    return result
+    return ship(result)
 
 
 def collate_values(values: Sequence[Any], field: str) -> Any:

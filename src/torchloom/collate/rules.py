@@ -31,6 +31,7 @@ from torchloom.collate.auto import CollateError, collate_values, split_skipped
 from torchloom.errors import ConfigError, UsageError
 from torchloom.faults import SKIPPED_KEY
 from torchloom.seeding import rng_for_key
+from torchloom.worker_batches import ship
 
 
 class CollateRule(Protocol):
@@ -88,7 +89,8 @@ class Collate:
             if SKIPPED_KEY in result:
                 raise CollateError(f"samples already hold a {SKIPPED_KEY!r} field; rename it")
             result[SKIPPED_KEY] = skipped
-        return result
+        shipped: dict[str, Any] = ship(result)
+        return shipped
 
     def __repr__(self) -> str:
         return f"Collate({self.spec!r})"

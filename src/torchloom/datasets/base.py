@@ -24,6 +24,7 @@ from torchloom.seeding import SampleKey, rng_for_key, sample_rngs
 from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform, check_transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor, write_chw
+from torchloom.worker_batches import WorkerBatchPool
 
 #: Where a sample's image may be written: a batch's slots and the sample's position in it.
 Slot = tuple[BatchSlots, int]
@@ -70,6 +71,8 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         self._preloaded: np.ndarray | None = None
         # Reused JPEG decode targets (shared by this dataset's threads; a worker gets its own).
         self._scratch = ScratchArrays()
+        # Shared batch buffers a DataLoader worker reuses once the main process lets go of them.
+        self._batch_buffers = WorkerBatchPool()
         self._debug_signature: dict[str, tuple[str, int]] | None = None
         self._debug_seen = 0
 
@@ -90,7 +93,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         Images of equal shape are written straight into one batch buffer (shared memory in a
         worker), which :func:`torchloom.collate` then returns without stacking them again.
         """
-        return self.getitems_into(keys, BatchSlots(len(keys)))
+        return self.getitems_into(keys, BatchSlots(len(keys), self._batch_buffers.take))
 
     def getitems_into(self, keys: Sequence[int], slots: BatchSlots) -> list[dict[str, Any] | Skipped]:
         """``__getitems__`` into the given batch slots (the thread Loader's reused buffers)."""

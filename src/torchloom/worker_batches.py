@@ -1,0 +1,225 @@
+"""Batch buffers a DataLoader worker reuses once the main process has let go of them.
+
+A batch built in a worker crosses to the main process in shared memory. A fresh shared buffer is
+faulted in page by page as the worker writes it (SPEC §6; measured here ~120–160 µs per 224 px
+uint8 image, against ~16–20 µs into an already-touched buffer): that is the hand-off ceiling of
+worker processes. A :class:`WorkerBatchPool` lets a worker write each batch into a shared buffer it
+used before, and only once nothing holds it any more:
+
+1. the worker leases a pooled buffer to a batch under a new generation number;
+2. :func:`torchloom.collate` returns a :class:`ShippedBatch` when its tensor is such a buffer, and
+   pickling it (the DataLoader's result queue) marks the lease as shipped;
+3. unpickled in the main process it is a plain ``dict``; a finalizer on the received storage writes
+   the lease's generation onto the pool's release board (a small shared array) when the last
+   tensor or view of that storage dies, so a batch the user keeps is never overwritten;
+4. the worker reuses a buffer only when its generation is on the board and nothing in the worker
+   holds it. A buffer whose batch left the worker any other way (a collate function that is not
+   torchloom's, returning views of it, or a copy) is dropped from the pool, never reused.
+
+Example:
+    >>> import torch
+    >>> pool = WorkerBatchPool()
+    >>> pool.take((2, 3), torch.uint8).shape  # outside a DataLoader worker: a plain tensor
+    torch.Size([2, 3])
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from torchloom.buffers import LEASE_ATTRIBUTE, empty_batch, storage_users
+
+
+@dataclass
+class Lease:
+    """One use of a pooled worker buffer: where its release is recorded, and under which number."""
+
+    board: torch.Tensor  # the pool's release board: shared int64, one entry per pool position
+    position: int
+    generation: int
+    owner: int  # the worker's pid
+    shipped: bool = False
+
+
+class WorkerBatchPool:
+    """Shared batch buffers of one DataLoader worker, reused after the main process releases them.
+
+    Outside a worker (``shared=None``, the default) ``take`` returns a plain tensor; ``shared=True``
+    leases shared buffers in any process (tests). At most ``limit`` buffers are pooled; when all are
+    held, a fresh unpooled buffer is returned (the behaviour without a pool). Pickling, and a fork,
+    give an empty pool.
+
+    Example:
+        >>> import torch
+        >>> pool = WorkerBatchPool(shared=True)
+        >>> buffer = pool.take((2, 3), torch.uint8)
+        >>> getattr(buffer, LEASE_ATTRIBUTE).generation, buffer.is_shared()
+        (1, True)
+        >>> del buffer  # dropped without being shipped: never handed out again
+        >>> getattr(pool.take((2, 3), torch.uint8), LEASE_ATTRIBUTE).position
+        0
+        >>> pool.allocated
+        2
+    """
+
+    def __init__(self, limit: int = 8, *, shared: bool | None = None) -> None:
+        self.limit = limit
+        self.shared = shared
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._buffers: list[torch.Tensor | None] = [None] * self.limit
+        self._board: torch.Tensor | None = None
+        self._released: np.ndarray | None = None
+        self._generation = 0
+        #: Shared buffers allocated so far; reuse keeps it from growing with every batch.
+        self.allocated = 0
+        #: Buffers handed out again after the main process released them.
+        self.reused = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_new_pool, (self.limit, self.shared))
+
+    def take(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised contiguous tensor of ``shape`` that nothing else holds."""
+        if not (self.shared if self.shared is not None else get_worker_info() is not None):
+            return empty_batch(shape, dtype)
+        if os.getpid() != self._pid:  # a forked child: the parent's lock may have been held
+            self._reset()
+        size = tuple(int(extent) for extent in shape)
+        with self._lock:
+            position = self._reusable(size, dtype)
+            if position is None:
+                position = self._empty_position()
+                if position is None:  # every pooled buffer is held
+                    self.allocated += 1
+                    return _shared_tensor(size, dtype)
+                self._buffers[position] = _shared_tensor(size, dtype)
+                self.allocated += 1
+            else:
+                self.reused += 1
+            buffer = self._buffers[position]
+            assert buffer is not None
+            self._generation += 1
+            setattr(
+                buffer, LEASE_ATTRIBUTE, Lease(self._board_tensor(), position, self._generation, self._pid)
+            )
+            return buffer
+
+    def _reusable(self, size: tuple[int, ...], dtype: torch.dtype) -> int | None:
+        """The position of a pooled buffer of this size the main process released; buffers whose
+        batch left without being shipped are dropped on the way."""
+        released = self._released
+        for position in range(self.limit):
+            if not self._unheld(position):
+                continue
+            buffer = self._buffers[position]
+            assert buffer is not None
+            lease: Lease = getattr(buffer, LEASE_ATTRIBUTE)
+            if not lease.shipped:
+                self._buffers[position] = None  # it may have left as views: never reuse it
+            elif released is not None and released[position] == lease.generation:
+                if tuple(buffer.shape) == size and buffer.dtype == dtype:
+                    return position
+                self._buffers[position] = None  # released but of another shape: make room
+        return None
+
+    def _unheld(self, position: int) -> bool:
+        """Nothing in this process holds pooled buffer ``position`` (no tensor object, view or batch
+        made from it)."""
+        buffer = self._buffers[position]
+        # References of an unheld buffer: the pool's list, this name and getrefcount's argument.
+        return buffer is not None and sys.getrefcount(buffer) <= 3 and storage_users(buffer) == 1
+
+    def _empty_position(self) -> int | None:
+        return next((position for position, buffer in enumerate(self._buffers) if buffer is None), None)
+
+    def _board_tensor(self) -> torch.Tensor:
+        if self._board is None:
+            self._board = torch.zeros(self.limit, dtype=torch.int64).share_memory_()
+            self._released = self._board.numpy()
+        return self._board
+
+
+def _new_pool(limit: int, shared: bool | None) -> WorkerBatchPool:
+    return WorkerBatchPool(limit, shared=shared)
+
+
+def _shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype).share_memory_()
+
+
+class ShippedBatch(dict[str, Any]):
+    """A collated batch holding leased worker buffers; it unpickles as a plain ``dict``, with the
+    release of each buffer tied to the lifetime of its storage in the receiving process."""
+
+    leases: list[tuple[Lease, torch.Tensor]]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        for lease, _ in self.leases:
+            lease.shipped = True
+        return (_received, (dict(self), self.leases))
+
+
+def ship(batch: Any) -> Any:
+    """``batch`` as a :class:`ShippedBatch` when one of its fields is a leased worker buffer.
+
+    Example:
+        >>> import torch
+        >>> ship({"x": torch.zeros(2)})
+        {'x': tensor([0., 0.])}
+    """
+    if type(batch) is not dict:
+        return batch
+    leases = [
+        (lease, value)
+        for value in batch.values()
+        if isinstance(value, torch.Tensor) and (lease := getattr(value, LEASE_ATTRIBUTE, None)) is not None
+    ]
+    if not leases:
+        return batch
+    shipped = ShippedBatch(batch)
+    shipped.leases = leases
+    return shipped
+
+
+def _received(data: dict[str, Any], leases: list[tuple[Lease, torch.Tensor]]) -> dict[str, Any]:
+    """Unpickling a :class:`ShippedBatch`: register each buffer's release, return the plain dict."""
+    pid = os.getpid()
+    if not _storages_outlive_their_objects():
+        return data  # no release is ever written: the worker allocates fresh buffers
+    for lease, tensor in leases:
+        # Only a batch that crossed to another process through shared memory is released: a copy
+        # (deepcopy, a plain pickle) in the worker itself, or of the values, releases nothing.
+        if lease.owner != pid and tensor.is_shared() and lease.board.is_shared():
+            finalizer = weakref.finalize(
+                tensor.untyped_storage(), _release, lease.board.numpy(), lease.position, lease.generation, pid
+            )
+            finalizer.atexit = False
+    return data
+
+
+def _release(board: np.ndarray, position: int, generation: int, pid: int) -> None:
+    if os.getpid() == pid:  # not a forked child dropping its copy of the parent's objects
+        board[position] = generation
+
+
+@functools.cache
+def _storages_outlive_their_objects() -> bool:
+    """Whether torch keeps a storage's Python object alive as long as the storage (so a finalizer
+    on it fires when the last tensor or view dies, not when a temporary wrapper does)."""
+    tensor = torch.empty(1)
+    return tensor.untyped_storage() is tensor[0:].untyped_storage()

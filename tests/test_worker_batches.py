@@ -1,0 +1,246 @@
+"""Worker batch buffers: reused only after the main process lets go; a kept batch is never overwritten."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, default_collate
+
+from torchloom import (
+    Collate,
+    Compose,
+    DecodedCache,
+    FolderDataset,
+    HorizontalFlip,
+    IndexSampler,
+    RandomResizedCrop,
+    SampleKey,
+    collate,
+)
+from torchloom.buffers import LEASE_ATTRIBUTE, BatchSlots
+from torchloom.synthetic import write_class_folders
+from torchloom.worker_batches import (
+    Lease,
+    ShippedBatch,
+    WorkerBatchPool,
+    _release,
+    _storages_outlive_their_objects,
+)
+
+AUGMENT = Compose([RandomResizedCrop(24), HorizontalFlip()])
+BATCH = 4
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    write_class_folders(root, [16, 16], size=(40, 40), progress=False)
+    return root
+
+
+def lease_of(tensor: torch.Tensor) -> Lease:
+    lease: Lease = getattr(tensor, LEASE_ATTRIBUTE)
+    return lease
+
+
+def release(lease: Lease) -> None:
+    """What the main process's finalizer writes when the last view of the batch dies."""
+    lease.board[lease.position] = lease.generation
+
+
+def shipped_batch(pool: WorkerBatchPool) -> ShippedBatch:
+    """A batch collated from one leased buffer, as a worker's collate makes it."""
+    slots = BatchSlots(BATCH, pool.take)
+    samples = [{"image": slots.slot(i, (3, 2, 2), torch.uint8).fill_(i)} for i in range(BATCH)]
+    batch = collate(samples)
+    assert isinstance(batch, ShippedBatch)
+    return batch
+
+
+def test_a_buffer_is_reused_only_after_it_was_shipped_and_released() -> None:
+    pool = WorkerBatchPool(shared=True)
+    batch = shipped_batch(pool)
+    lease = lease_of(batch["image"])
+    assert (lease.position, lease.generation, lease.shipped) == (0, 1, False)
+    pickle.dumps(batch)  # what the worker's result queue does: the lease is now shipped
+    assert lease.shipped
+    pointer = batch["image"].data_ptr()
+    del batch
+    assert pool.take((BATCH, 3, 2, 2), torch.uint8).data_ptr() != pointer  # not released yet
+    release(lease)
+    reused = pool.take((BATCH, 3, 2, 2), torch.uint8)
+    assert reused.data_ptr() == pointer and pool.reused == 1
+    assert lease_of(reused).generation == 3  # a new number: an old release cannot free it again
+
+
+def test_a_buffer_held_in_the_worker_is_not_reused_even_when_released() -> None:
+    pool = WorkerBatchPool(shared=True)
+    batch = shipped_batch(pool)
+    pickle.dumps(batch)
+    release(lease_of(batch["image"]))
+    view = batch["image"][1]  # e.g. the worker's own code still holds a view
+    del batch
+    assert pool.take((BATCH, 3, 2, 2), torch.uint8).data_ptr() != view.data_ptr() - view.storage_offset()
+    assert pool.reused == 0
+
+
+def test_a_buffer_that_left_without_being_shipped_is_dropped_never_reused() -> None:
+    pool = WorkerBatchPool(shared=True)
+    slots = BatchSlots(BATCH, pool.take)
+    views = [slots.slot(i, (3, 2, 2), torch.uint8) for i in range(BATCH)]
+    lease = lease_of(slots.buffer)  # type: ignore[arg-type]
+    pickle.dumps(views)  # another collate sends the views themselves: no release will come
+    release(lease)  # even a (stale) release on the board must not free it
+    del slots, views
+    pool.take((BATCH, 3, 2, 2), torch.uint8)
+    assert pool.reused == 0 and pool.allocated == 2  # the first buffer was let go, a new one made
+
+
+def test_a_late_release_of_an_older_use_does_not_free_the_buffer() -> None:
+    pool = WorkerBatchPool(shared=True)
+    first = shipped_batch(pool)
+    old = lease_of(first["image"])
+    pickle.dumps(first)
+    del first
+    release(old)
+    second = shipped_batch(pool)  # the buffer again, under a new generation
+    assert lease_of(second["image"]).position == old.position
+    pickle.dumps(second)
+    pointer = second["image"].data_ptr()
+    del second
+    release(old)  # the first use's finalizer, written again late
+    assert pool.take((BATCH, 3, 2, 2), torch.uint8).data_ptr() != pointer
+
+
+def test_when_every_pooled_buffer_is_held_a_fresh_one_is_returned() -> None:
+    pool = WorkerBatchPool(limit=2, shared=True)
+    held = [pool.take((2,), torch.uint8) for _ in range(3)]
+    assert len({buffer.data_ptr() for buffer in held}) == 3
+    assert not hasattr(held[2], LEASE_ATTRIBUTE)  # unpooled: never part of a shipped batch
+    assert pool.allocated == 3
+
+
+def test_unpickling_in_the_worker_itself_releases_nothing() -> None:
+    pool = WorkerBatchPool(shared=True)
+    batch = shipped_batch(pool)
+    lease = lease_of(batch["image"])
+    for copied in (copy.deepcopy(batch), pickle.loads(pickle.dumps(batch))):
+        assert type(copied) is dict
+        assert torch.equal(copied["image"], batch["image"])
+        del copied
+    assert int(lease.board[lease.position]) == 0
+
+
+def test_a_forked_child_dropping_its_copy_releases_nothing() -> None:
+    board = torch.zeros(2, dtype=torch.int64).share_memory_()
+    _release(board.numpy(), 1, 7, pid=os.getpid() + 1)
+    assert board.tolist() == [0, 0]
+    _release(board.numpy(), 1, 7, pid=os.getpid())
+    assert board.tolist() == [0, 7]
+
+
+def test_pickling_gives_an_empty_pool_and_outside_a_worker_plain_tensors() -> None:
+    pool = WorkerBatchPool(shared=True)
+    kept = pool.take((2,), torch.uint8)
+    assert kept.is_shared()
+    copied = pickle.loads(pickle.dumps(pool))
+    assert copied.allocated == 0 and copied.shared is True
+    plain = WorkerBatchPool().take((2,), torch.uint8)
+    assert not plain.is_shared() and not hasattr(plain, LEASE_ATTRIBUTE)
+
+
+def test_this_torch_keeps_storage_objects_alive_with_their_storage() -> None:
+    assert _storages_outlive_their_objects()  # else releases are never written (reuse off)
+
+
+# --- through DataLoader workers ----------------------------------------------------------------------
+
+
+def worker_stats(collate_fn: Callable[[Sequence[Any]], Any], dataset: FolderDataset) -> Callable[..., Any]:
+    def collate_with_stats(samples: Sequence[Any]) -> Any:
+        batch = collate_fn(samples)
+        pool = dataset._batch_buffers
+        if isinstance(batch, dict):  # set on the batch itself: a ShippedBatch stays one
+            batch["reused"] = torch.tensor(pool.reused)
+        return batch
+
+    return collate_with_stats
+
+
+def worker_loader(
+    source: Any, dataset: FolderDataset, collate_fn: Callable[[Sequence[Any]], Any], seed: int
+) -> tuple[DataLoader[Any], IndexSampler]:
+    """2 persistent workers over ``source``, batches reporting how often their pool reused a buffer."""
+    sampler = IndexSampler(len(source), shuffle=True, seed=seed)
+    loader = DataLoader(
+        source,
+        batch_size=BATCH,
+        sampler=sampler,
+        num_workers=2,
+        collate_fn=worker_stats(collate_fn, dataset),
+        persistent_workers=True,
+        prefetch_factor=2,
+    )
+    return loader, sampler
+
+
+def expected_images(dataset: Any, indices: Sequence[int], epoch: int) -> torch.Tensor:
+    return torch.stack([dataset[SampleKey(int(i), epoch=epoch)]["image"] for i in indices])
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_kept_batches_and_views_stay_intact_while_workers_reuse_released_buffers(
+    folders: Path, tmp_path: Path, cached: bool
+) -> None:
+    dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
+    source: Any = DecodedCache(dataset, tmp_path / "cache", progress=False) if cached else dataset
+    loader, sampler = worker_loader(source, dataset, collate, seed=5)
+    kept: list[dict[str, Any]] = []
+    kept_views: list[tuple[torch.Tensor, int]] = []
+    reused = []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        for number, batch in enumerate(loader):
+            assert type(batch) is dict
+            reused.append(int(batch["reused"]))
+            if epoch == 1:
+                kept.append(batch)  # whole batches, kept across the later epochs
+            elif epoch == 2 and number % 2 == 0:
+                kept_views.append((batch["image"][1], int(batch["index"][1])))  # a view outlives its batch
+    assert max(reused) > 0  # released buffers were written again
+    for batch in kept:
+        assert torch.equal(batch["image"], expected_images(source, batch["index"].tolist(), epoch=1))
+    for view, index in kept_views:
+        assert torch.equal(view, source[SampleKey(index, epoch=2)]["image"])
+
+
+@pytest.mark.parametrize(
+    "collate_fn",
+    [lambda samples: samples, default_collate, Collate({})],
+    ids=["views-in-a-list", "default_collate", "Collate"],
+)
+def test_batches_of_other_collate_functions_are_never_overwritten(
+    folders: Path, collate_fn: Callable[[Sequence[Any]], Any]
+) -> None:
+    dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
+    loader, sampler = worker_loader(dataset, dataset, collate_fn, seed=1)
+    kept = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            if epoch == 0:
+                kept.append(batch)
+    for batch in kept:
+        if isinstance(batch, list):  # the samples themselves, their images views of a worker buffer
+            indices = [int(sample["index"]) for sample in batch]
+            images = torch.stack([sample["image"] for sample in batch])
+        else:
+            indices, images = batch["index"].tolist(), batch["image"]
+        assert torch.equal(images, expected_images(dataset, indices, epoch=0))
