@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DataLoader, default_collate
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from torchloom import (
     Collate,
@@ -175,11 +176,15 @@ def worker_stats(collate_fn: Callable[[Sequence[Any]], Any], dataset: FolderData
 
 
 def worker_loader(
-    source: Any, dataset: FolderDataset, collate_fn: Callable[[Sequence[Any]], Any], seed: int
+    source: Any,
+    dataset: FolderDataset,
+    collate_fn: Callable[[Sequence[Any]], Any],
+    seed: int,
+    loader_class: type[DataLoader[Any]] = DataLoader,
 ) -> tuple[DataLoader[Any], IndexSampler]:
     """2 persistent workers over ``source``, batches reporting how often their pool reused a buffer."""
     sampler = IndexSampler(len(source), shuffle=True, seed=seed)
-    loader = DataLoader(
+    loader = loader_class(
         source,
         batch_size=BATCH,
         sampler=sampler,
@@ -195,13 +200,17 @@ def expected_images(dataset: Any, indices: Sequence[int], epoch: int) -> torch.T
     return torch.stack([dataset[SampleKey(int(i), epoch=epoch)]["image"] for i in indices])
 
 
-@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize(
+    ("cached", "loader_class"),
+    [(False, DataLoader), (True, DataLoader), (True, StatefulDataLoader)],
+    ids=["DataLoader", "DataLoader-cache", "StatefulDataLoader-cache"],
+)
 def test_kept_batches_and_views_stay_intact_while_workers_reuse_released_buffers(
-    folders: Path, tmp_path: Path, cached: bool
+    folders: Path, tmp_path: Path, cached: bool, loader_class: type[DataLoader[Any]]
 ) -> None:
     dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
     source: Any = DecodedCache(dataset, tmp_path / "cache", progress=False) if cached else dataset
-    loader, sampler = worker_loader(source, dataset, collate, seed=5)
+    loader, sampler = worker_loader(source, dataset, collate, seed=5, loader_class=loader_class)
     kept: list[dict[str, Any]] = []
     kept_views: list[tuple[torch.Tensor, int]] = []
     reused = []

@@ -1,8 +1,10 @@
 """``collate``: batch dict samples, dropping and recording skipped ones.
 
 Equal-shape tensors and arrays are stacked (into shared memory inside a DataLoader worker, so
-the batch crosses to the main process without another copy); numbers become tensors; strings
-stay lists; dicts, tuples and lists recurse. :class:`torchloom.faults.Skipped` markers are
+the batch crosses to the main process without another copy; a worker's reused batch buffer is
+shipped so that the worker may write it again once the main process lets go of it, see
+:mod:`torchloom.worker_batches`); numbers become tensors; strings stay lists; dicts, tuples and
+lists recurse. :class:`torchloom.faults.Skipped` markers are
 removed and listed under ``batch["skipped"]`` for :class:`torchloom.FaultReport`.
 
 Example:
