@@ -16,6 +16,11 @@ used before, and only once nothing holds it any more:
    holds it. A buffer whose batch left the worker any other way (a collate function that is not
    torchloom's, returning views of it, or a copy) is dropped from the pool, never reused.
 
+The main process's release is the end of the batch's storage there: a batch it passes on to yet
+another process through shared memory (a ``torch.multiprocessing`` queue) must stay alive in the
+main process until that process is done with it, or be passed on as a copy (``.clone()``), as
+PyTorch asks of CUDA tensors shared between processes.
+
 Example:
     >>> import torch
     >>> pool = WorkerBatchPool()
