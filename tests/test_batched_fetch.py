@@ -86,6 +86,10 @@ def test_buffers() -> None:
     assert consecutive_block([slots[0], slots[2]]) is None  # not consecutive
     assert consecutive_block([slots[1], slots[2]]).data_ptr() == slots[1].data_ptr()  # type: ignore[union-attr,index]
     assert consecutive_block([torch.zeros(2), torch.zeros(2)]) is None
+    # Views of the right slots that are not the slots as they are: transposed, or of another dtype.
+    assert consecutive_block([slots[0], slots[1].t(), slots[2]]) is None
+    assert consecutive_block([slots[0], slots[1].view(torch.int32), slots[2]]) is None
+    assert consecutive_block([slots[0], slots[1], slots[2][:1]]) is None
     slots = BatchSlots(2)
     assert slots.slot(0, (2,), torch.int64) is not None and slots.slot(1, (2,), torch.float32) is None
     np.testing.assert_array_equal(np.asarray(slots.buffer.shape), [2, 2])  # type: ignore[union-attr]

@@ -56,16 +56,21 @@ def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
         return None
     if not first.is_contiguous() or first.numel() == 0:
         return None
-    start, numel = first.storage_offset(), first.numel()
-    for position, tensor in enumerate(tensors):
+    start, numel, dtype = first.storage_offset(), first.numel(), first.dtype
+    sample_shape, strides = first.shape, first.stride()
+    offset = start
+    for tensor in tensors:
+        # A view of the buffer at the next slot's offset with the first's shape, strides and dtype:
+        # as the first is contiguous, so is it.
         if (
             tensor._base is not base
-            or tensor.storage_offset() != start + position * numel
-            or tensor.shape != first.shape
-            or tensor.dtype != first.dtype
-            or not tensor.is_contiguous()
+            or tensor.storage_offset() != offset
+            or tensor.shape != sample_shape
+            or tensor.stride() != strides
+            or tensor.dtype != dtype
         ):
             return None
+        offset += numel
     shape = (len(tensors), *first.shape)
     block = torch.empty(0, dtype=first.dtype).set_(
         first.untyped_storage(), start, shape, contiguous_strides(shape)
@@ -152,6 +157,8 @@ class BatchSlots:
         self.size = size
         self.allocate = allocate or empty_batch
         self.buffer: torch.Tensor | None = None
+        self._sample: tuple[tuple[int, ...], torch.dtype] | None = None  # a slot's shape and dtype
+        self._views: tuple[torch.Tensor, ...] = ()  # every slot as a tensor, made in one call
         self._array: np.ndarray | None = None  # the buffer as numpy, made once (not per slot)
         #: Each position's random generator, when the dataset seeded the batch's together (each is
         #: taken, and replaced by None, by the first call for it).
@@ -161,9 +168,11 @@ class BatchSlots:
         if self.buffer is None:
             self.buffer = self.allocate((self.size, *shape), dtype)
             setattr(self.buffer, BATCH_BUFFER_MARK, True)
-        if tuple(self.buffer.shape[1:]) != tuple(shape) or self.buffer.dtype != dtype:
+            self._sample = (tuple(self.buffer.shape[1:]), self.buffer.dtype)
+            self._views = self.buffer.unbind(0)
+        if (tuple(shape), dtype) != self._sample:
             return None
-        return self.buffer[position]
+        return self._views[position]
 
     def slot_array(self, position: int) -> np.ndarray | None:
         """Slot ``position`` (after :meth:`slot` handed it out) as a numpy view, for writers such as

@@ -175,8 +175,10 @@ class ImageStore:
         shapes: np.ndarray | None = None,
     ) -> None:
         self.layout = layout
-        self._images = images
-        self._blob = blob if blob is not None else np.zeros(0, np.uint8)
+        # Plain ndarray views of the memory maps: indexing a np.memmap runs its Python-level
+        # __array_finalize__ for every image (a few µs per sample on the hot path).
+        self._images = images.view(np.ndarray) if images is not None else None
+        self._blob = blob.view(np.ndarray) if blob is not None else np.zeros(0, np.uint8)
         self._offsets = offsets if offsets is not None else np.zeros(1, np.int64)
         self._shapes = shapes if shapes is not None else np.zeros((0, CHANNELS), np.int32)
 
@@ -222,9 +224,9 @@ class ImageStore:
     def view(self, index: int) -> np.ndarray:
         """Image ``index`` as a read-only view of the memory map: no copy, for a reader that only reads."""
         if self._images is not None:
-            return self._images[index].view(np.ndarray)
+            return self._images[index]
         start, stop = int(self._offsets[index]), int(self._offsets[index + 1])
-        return self._blob[start:stop].view(np.ndarray).reshape(self.shape(index))
+        return self._blob[start:stop].reshape(self.shape(index))
 
 
 def _load_array(folder: str, name: str) -> np.ndarray:

@@ -147,6 +147,9 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
     Tensors that already are consecutive slots of one batch buffer (see
     :class:`torchloom.buffers.BatchSlots`) are returned as that buffer, uncopied.
     """
+    block = consecutive_block(tensors)  # checks shapes and dtypes itself
+    if block is not None:
+        return block
     first = tensors[0]
     shape, dtype = first.shape, first.dtype
     for tensor in tensors:
@@ -157,9 +160,6 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
                 f"Collate({{'{field.split('.')[-1]}': PadImages()}}) for images or PadSequences() "
                 "for sequences, or resize in the transform"
             )
-    block = consecutive_block(tensors)
-    if block is not None:
-        return block
     if first.device.type != "cpu" or get_worker_info() is None:
         return torch.stack(list(tensors), 0)  # in-process, stack's own allocation is the fastest
     return torch.stack(list(tensors), 0, out=empty_batch((len(tensors), *first.shape), first.dtype))
