@@ -120,6 +120,49 @@ def test_a_late_release_of_an_older_use_does_not_free_the_buffer() -> None:
     assert pool.take((BATCH, 3, 2, 2), torch.uint8).data_ptr() != pointer
 
 
+def test_a_batch_whose_tensor_is_held_elsewhere_when_it_ships_is_never_reused() -> None:
+    pool = WorkerBatchPool(shared=True)
+    batch = shipped_batch(pool)
+    remembered = batch["image"]  # e.g. a collate function keeping the previous batch
+    lease = lease_of(remembered)
+    pickle.dumps(batch)
+    assert lease.kept
+    del batch, remembered
+    release(lease)
+    pool.take((BATCH, 3, 2, 2), torch.uint8)
+    assert pool.reused == 0
+
+
+def test_a_batch_shipped_twice_is_never_reused() -> None:
+    pool = WorkerBatchPool(shared=True)
+    batch = shipped_batch(pool)
+    lease = lease_of(batch["image"])
+    pickle.dumps(batch)
+    assert not lease.kept
+    pickle.dumps(batch)  # the same buffer leaving again: one release cannot stand for both
+    assert lease.kept
+    del batch
+    release(lease)
+    pool.take((BATCH, 3, 2, 2), torch.uint8)
+    assert pool.reused == 0
+
+
+def test_a_batch_of_another_shape_does_not_empty_the_pool() -> None:
+    pool = WorkerBatchPool(limit=3, shared=True)
+    batches = [shipped_batch(pool) for _ in range(2)]
+    leases = [lease_of(batch["image"]) for batch in batches]
+    for batch in batches:
+        pickle.dumps(batch)
+    del batches, batch
+    for lease in leases:
+        release(lease)
+    pool.take((2, 3, 2, 2), torch.uint8)  # a short last batch: the empty position
+    pool.take((2, 3, 2, 2), torch.uint8)  # the pool is full: one released buffer makes room
+    assert pool.allocated == 4
+    pool.take((BATCH, 3, 2, 2), torch.uint8)
+    assert pool.reused == 1  # the other full-size buffer is still there
+
+
 def test_when_every_pooled_buffer_is_held_a_fresh_one_is_returned() -> None:
     pool = WorkerBatchPool(limit=2, shared=True)
     held = [pool.take((2,), torch.uint8) for _ in range(3)]
@@ -228,6 +271,41 @@ def test_kept_batches_and_views_stay_intact_while_workers_reuse_released_buffers
         assert torch.equal(batch["image"], expected_images(source, batch["index"].tolist(), epoch=1))
     for view, index in kept_views:
         assert torch.equal(view, source[SampleKey(index, epoch=2)]["image"])
+
+
+class CarryPrevious:
+    """A collate function that sends each batch's image again with the next batch (e.g. to contrast
+    consecutive batches), in the batch dict or beside it, with a private copy to check it by."""
+
+    def __init__(self, beside: bool) -> None:
+        self.beside = beside
+        self.previous: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(self, samples: Sequence[Any]) -> Any:
+        batch = collate(samples)
+        previous = self.previous or (batch["image"], batch["image"].clone())
+        self.previous = (batch["image"], batch["image"].clone())
+        if self.beside:
+            return batch, *previous
+        batch["previous"], batch["previous_copy"] = previous
+        return batch
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["in-the-batch", "beside-the-batch"])
+def test_a_batch_a_collate_function_sends_again_later_is_never_overwritten(
+    folders: Path, beside: bool
+) -> None:
+    dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
+    loader, sampler = worker_loader(dataset, dataset, CarryPrevious(beside), seed=3)
+    kept = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for number, batch in enumerate(loader):
+            previous = batch[1:] if beside else (batch["previous"], batch["previous_copy"])
+            if number % 2 == 0:
+                kept.append(previous)  # only the image sent again; the batch it came with is dropped
+    for image, copy_made_in_the_worker in kept:
+        assert torch.equal(image, copy_made_in_the_worker)
 
 
 @pytest.mark.parametrize(

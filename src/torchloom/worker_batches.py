@@ -13,8 +13,11 @@ used before, and only once nothing holds it any more:
    the lease's generation onto the pool's release board (a small shared array) when the last
    tensor or view of that storage dies, so a batch the user keeps is never overwritten;
 4. the worker reuses a buffer only when its generation is on the board and nothing in the worker
-   holds it. A buffer whose batch left the worker any other way (a collate function that is not
-   torchloom's, returning views of it, or a copy) is dropped from the pool, never reused.
+   holds it. A buffer that may have left the worker in any other way is dropped from the pool,
+   never reused: one whose batch was not shipped (a collate function that is not torchloom's,
+   returning views of it, or a copy), and one that something else in the worker still held when
+   it shipped (a collate function remembering the previous batch, to send it again) or that
+   shipped twice.
 
 The main process's release is the end of the batch's storage there: a batch it passes on to yet
 another process through shared memory (a ``torch.multiprocessing`` queue) must stay alive in the
@@ -55,6 +58,9 @@ class Lease:
     generation: int
     owner: int  # the worker's pid
     shipped: bool = False
+    #: Something in the worker still held the batch's tensor when it shipped, or it shipped twice:
+    #: it may leave again without a release, so the buffer is never reused.
+    kept: bool = False
 
 
 class WorkerBatchPool:
@@ -106,9 +112,11 @@ class WorkerBatchPool:
             self._reset()
         size = tuple(int(extent) for extent in shape)
         with self._lock:
-            position = self._reusable(size, dtype)
+            position, spare = self._reusable(size, dtype)
             if position is None:
                 position = self._empty_position()
+                if position is None:
+                    position = spare  # a released buffer of another shape makes room
                 if position is None:  # every pooled buffer is held
                     self.allocated += 1
                     return _shared_tensor(size, dtype)
@@ -124,23 +132,25 @@ class WorkerBatchPool:
             )
             return buffer
 
-    def _reusable(self, size: tuple[int, ...], dtype: torch.dtype) -> int | None:
-        """The position of a pooled buffer of this size the main process released; buffers whose
-        batch left without being shipped are dropped on the way."""
+    def _reusable(self, size: tuple[int, ...], dtype: torch.dtype) -> tuple[int | None, int | None]:
+        """The position of a released pooled buffer of this size, and of one of another size (to
+        replace when the pool is full). Buffers that may have left the worker in another way than
+        one shipment, and so may be held where no release will come from, are dropped."""
         released = self._released
+        spare = None
         for position in range(self.limit):
             if not self._unheld(position):
                 continue
             buffer = self._buffers[position]
             assert buffer is not None
             lease: Lease = getattr(buffer, LEASE_ATTRIBUTE)
-            if not lease.shipped:
-                self._buffers[position] = None  # it may have left as views: never reuse it
+            if not lease.shipped or lease.kept:
+                self._buffers[position] = None  # never reuse it
             elif released is not None and released[position] == lease.generation:
                 if tuple(buffer.shape) == size and buffer.dtype == dtype:
-                    return position
-                self._buffers[position] = None  # released but of another shape: make room
-        return None
+                    return position, None
+                spare = position if spare is None else spare
+        return None, spare
 
     def _unheld(self, position: int) -> bool:
         """Nothing in this process holds pooled buffer ``position`` (no tensor object, view or batch
@@ -174,9 +184,21 @@ class ShippedBatch(dict[str, Any]):
     leases: list[tuple[Lease, torch.Tensor]]
 
     def __reduce__(self) -> tuple[Any, ...]:
-        for lease, _ in self.leases:
+        for lease, tensor in self.leases:
+            # When it ships, the batch's tensor must be held by this batch alone: a reference kept
+            # elsewhere in the worker (a collate function remembering the previous batch) could
+            # send the buffer again later, as a plain tensor whose release nobody reports.
+            lease.kept = lease.shipped or not self._holds_alone(tensor)
             lease.shipped = True
         return (_received, (dict(self), self.leases))
+
+    def _holds_alone(self, tensor: torch.Tensor) -> bool:
+        """Only this batch holds ``tensor`` (its field and its lease entry) and its buffer's storage
+        (besides the pool's own tensor)."""
+        # References: a field of this dict, the lease tuple, the caller's loop variable, this
+        # parameter and getrefcount's argument.
+        fields = sum(value is tensor for value in self.values())
+        return fields == 1 and sys.getrefcount(tensor) <= 5 and storage_users(tensor) == 2
 
 
 def ship(batch: Any) -> Any:
@@ -224,7 +246,13 @@ def _release(board: np.ndarray, position: int, generation: int, pid: int) -> Non
 
 @functools.cache
 def _storages_outlive_their_objects() -> bool:
-    """Whether torch keeps a storage's Python object alive as long as the storage (so a finalizer
-    on it fires when the last tensor or view dies, not when a temporary wrapper does)."""
-    tensor = torch.empty(1)
-    return tensor.untyped_storage() is tensor[0:].untyped_storage()
+    """Whether a finalizer on a storage's Python object fires when the last tensor or view of the
+    storage dies, and not before (torch keeps the object alive with the storage)."""
+    fired: list[bool] = []
+    tensor = torch.empty(2)
+    view = tensor[1:]
+    weakref.finalize(tensor.untyped_storage(), fired.append, True)
+    del tensor
+    early = bool(fired)
+    del view
+    return not early and bool(fired)
