@@ -4,8 +4,8 @@ Equal-shape tensors and arrays are stacked (into shared memory inside a DataLoad
 the batch crosses to the main process without another copy; a worker's reused batch buffer is
 shipped so that the worker may write it again once the main process lets go of it, see
 :mod:`torchloom.worker_batches`); numbers become tensors; strings stay lists; dicts, tuples and
-lists recurse. :class:`torchloom.faults.Skipped` markers are
-removed and listed under ``batch["skipped"]`` for :class:`torchloom.FaultReport`.
+lists recurse. :class:`torchloom.faults.Skipped` markers are removed and listed under
+``batch["skipped"]`` for :class:`torchloom.FaultReport`.
 
 Example:
     >>> import torch
