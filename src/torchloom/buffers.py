@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -41,6 +42,19 @@ def empty_batch(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """
     if get_worker_info() is None:
         return torch.empty(tuple(shape), dtype=dtype)
+    return shared_empty(shape, dtype)
+
+
+def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised contiguous tensor allocated in shared memory (not allocated, then moved
+    there as ``share_memory_()`` does, which costs a second allocation and a copy).
+
+    Example:
+        >>> import torch
+        >>> tensor = shared_empty((2, 3), torch.uint8)
+        >>> tensor.shape, tensor.is_shared(), tensor.is_contiguous()
+        (torch.Size([2, 3]), True, True)
+    """
     numel = int(torch.Size(tuple(shape)).numel())
     storage = torch.UntypedStorage._new_shared(numel * torch.empty(0, dtype=dtype).element_size())
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape), contiguous_strides(shape))
@@ -92,6 +106,28 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 Allocate = Callable[[Sequence[int], torch.dtype], torch.Tensor]
 
 
+def held_only_by(buffers: Sequence[torch.Tensor | None], position: int) -> bool:
+    """Nothing but ``buffers`` holds the tensor at ``position``: no other reference to the tensor
+    object, no other tensor or view of its storage (``False`` for an empty position).
+
+    Example:
+        >>> import torch
+        >>> buffers = [torch.zeros(4)]
+        >>> view = buffers[0][1:]
+        >>> held_only_by(buffers, 0)
+        False
+        >>> del view
+        >>> held_only_by(buffers, 0)
+        True
+    """
+    # References of a tensor held only there: the list's and getrefcount's own argument.
+    return (
+        buffers[position] is not None
+        and sys.getrefcount(buffers[position]) <= 2
+        and storage_users(buffers[position]) == 1  # type: ignore[arg-type]
+    )
+
+
 def storage_users(tensor: torch.Tensor) -> int | None:
     """How many tensors (views included) share ``tensor``'s storage; None if torch cannot say."""
     count = getattr(torch._C, "_storage_Use_Count", None)
@@ -138,7 +174,7 @@ class BufferPool(ReusePool[torch.Tensor]):
 
     def _free(self, position: int) -> bool:
         """Nothing but the pool holds buffer ``position``: not the tensor object, not its storage."""
-        return super()._free(position) and storage_users(self._buffers[position]) == 1
+        return held_only_by(self._buffers, position)
 
 
 class BatchSlots:

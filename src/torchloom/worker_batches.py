@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from torchloom.buffers import LEASE_ATTRIBUTE, empty_batch, storage_users
+from torchloom.buffers import LEASE_ATTRIBUTE, empty_batch, held_only_by, shared_empty, storage_users
 
 
 @dataclass
@@ -119,8 +119,8 @@ class WorkerBatchPool:
                     position = spare  # a released buffer of another shape makes room
                 if position is None:  # every pooled buffer is held
                     self.allocated += 1
-                    return _shared_tensor(size, dtype)
-                self._buffers[position] = _shared_tensor(size, dtype)
+                    return shared_empty(size, dtype)
+                self._buffers[position] = shared_empty(size, dtype)
                 self.allocated += 1
             else:
                 self.reused += 1
@@ -139,7 +139,7 @@ class WorkerBatchPool:
         released = self._released
         spare = None
         for position in range(self.limit):
-            if not self._unheld(position):
+            if not held_only_by(self._buffers, position):  # a tensor or view of it in this worker
                 continue
             buffer = self._buffers[position]
             assert buffer is not None
@@ -151,13 +151,6 @@ class WorkerBatchPool:
                     return position, None
                 spare = position if spare is None else spare
         return None, spare
-
-    def _unheld(self, position: int) -> bool:
-        """Nothing in this process holds pooled buffer ``position`` (no tensor object, view or batch
-        made from it)."""
-        buffer = self._buffers[position]
-        # References of an unheld buffer: the pool's list, this name and getrefcount's argument.
-        return buffer is not None and sys.getrefcount(buffer) <= 3 and storage_users(buffer) == 1
 
     def _empty_position(self) -> int | None:
         return next((position for position, buffer in enumerate(self._buffers) if buffer is None), None)
@@ -171,10 +164,6 @@ class WorkerBatchPool:
 
 def _new_pool(limit: int, shared: bool | None) -> WorkerBatchPool:
     return WorkerBatchPool(limit, shared=shared)
-
-
-def _shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype).share_memory_()
 
 
 class ShippedBatch(dict[str, Any]):
