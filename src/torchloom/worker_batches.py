@@ -51,7 +51,14 @@ from torchloom.buffers import LEASE_ATTRIBUTE, empty_batch, held_only_by, shared
 
 @dataclass
 class Lease:
-    """One use of a pooled worker buffer: where its release is recorded, and under which number."""
+    """One use of a pooled worker buffer: where its release is recorded, and under which number.
+
+    Example:
+        >>> import torch
+        >>> lease = getattr(WorkerBatchPool(shared=True).take((2,), torch.uint8), LEASE_ATTRIBUTE)
+        >>> lease.position, lease.generation, lease.shipped, lease.kept
+        (0, 1, False, False)
+    """
 
     board: torch.Tensor  # the pool's release board: shared int64, one entry per pool position
     position: int
@@ -168,7 +175,16 @@ def _new_pool(limit: int, shared: bool | None) -> WorkerBatchPool:
 
 class ShippedBatch(dict[str, Any]):
     """A collated batch holding leased worker buffers; it unpickles as a plain ``dict``, with the
-    release of each buffer tied to the lifetime of its storage in the receiving process."""
+    release of each buffer tied to the lifetime of its storage in the receiving process.
+
+    Example:
+        >>> import pickle, torch
+        >>> batch = ship({"image": WorkerBatchPool(shared=True).take((2,), torch.uint8)})
+        >>> type(batch).__name__, type(pickle.loads(pickle.dumps(batch))).__name__
+        ('ShippedBatch', 'dict')
+        >>> batch.leases[0][0].shipped
+        True
+    """
 
     leases: list[tuple[Lease, torch.Tensor]]
 
