@@ -21,6 +21,7 @@ from torchloom import (
     FolderDataset,
     HorizontalFlip,
     IndexSampler,
+    Loader,
     RandomResizedCrop,
     SampleKey,
     collate,
@@ -200,6 +201,25 @@ def test_pickling_gives_an_empty_pool_and_outside_a_worker_plain_tensors() -> No
     assert not plain.is_shared() and not hasattr(plain, LEASE_ATTRIBUTE)
 
 
+def test_outside_a_worker_buffers_are_reused_once_nothing_holds_them() -> None:
+    pool = WorkerBatchPool()
+    first = pool.take((2, 3), torch.uint8)
+    pointer = first.data_ptr()
+    view = first[1]
+    assert pool.take((2, 3), torch.uint8).data_ptr() != pointer  # a view of it is alive
+    del first, view
+    assert pool.take((2, 3), torch.uint8).data_ptr() == pointer
+
+
+def test_an_in_process_buffer_shared_with_another_process_is_never_written_again() -> None:
+    pool = WorkerBatchPool()
+    batch = pool.take((2, 3), torch.uint8)
+    batch.share_memory_()  # what a torch.multiprocessing queue does to a batch it sends (in place)
+    pointer = batch.data_ptr()
+    del batch
+    assert all(pool.take((2, 3), torch.uint8).data_ptr() != pointer for _ in range(3))
+
+
 def test_this_torch_keeps_storage_objects_alive_with_their_storage() -> None:
     assert _storages_outlive_their_objects()  # else releases are never written (reuse off)
 
@@ -331,3 +351,65 @@ def test_batches_of_other_collate_functions_are_never_overwritten(
         else:
             indices, images = batch["index"].tolist(), batch["image"]
         assert torch.equal(images, expected_images(dataset, indices, epoch=0))
+
+
+# --- in the main process (num_workers=0), and batches passed on to another process -------------------
+
+
+def test_without_workers_kept_batches_stay_intact_while_released_buffers_are_reused(folders: Path) -> None:
+    dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
+    sampler = IndexSampler(len(dataset), shuffle=True, seed=2)
+    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, num_workers=0, collate_fn=collate)
+    kept, kept_views = [], []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        for number, batch in enumerate(loader):
+            if epoch == 1 and number % 4 == 0:
+                kept.append(batch)
+            elif epoch == 2 and number % 4 == 1:
+                kept_views.append((batch["image"][1], int(batch["index"][1])))
+    # One buffer per batch held at once (the one in use, and those kept): the others were reused.
+    assert 1 <= dataset._batch_buffers._in_process.allocated <= 1 + len(kept) + len(kept_views) + 1
+    for batch in kept:
+        assert torch.equal(batch["image"], expected_images(dataset, batch["index"].tolist(), epoch=1))
+    for view, index in kept_views:
+        assert torch.equal(view, dataset[SampleKey(index, epoch=2)]["image"])
+
+
+def _check_received(queue: Any, answers: Any) -> None:
+    """A child process: compare each batch it receives with the copy sent beside it, after the
+    parent has gone on writing its batch buffers."""
+    received = []
+    while (item := queue.get()) is not None:
+        received.append(item)
+        answers.put("got")
+    answers.put(all(torch.equal(image, copy_sent) for image, copy_sent in received))
+
+
+def test_a_batch_sent_to_another_process_is_never_overwritten(folders: Path) -> None:
+    """A torch.multiprocessing queue moves a batch to shared memory in place; the Loader's and
+    the in-process dataset's buffer pools then never write that buffer again."""
+    context = torch.multiprocessing.get_context("spawn")
+    queue, answers = context.Queue(), context.Queue()
+    child = context.Process(target=_check_received, args=(queue, answers))
+    child.start()
+    try:
+        dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
+        loaders = [
+            Loader(dataset, batch_size=BATCH, shuffle=True, num_threads=2),
+            DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=0, collate_fn=collate),
+        ]
+        for loader in loaders:
+            for epoch in range(3):
+                if isinstance(loader, Loader):
+                    loader.set_epoch(epoch)
+                for number, batch in enumerate(loader):
+                    if epoch == 0 and number % 2 == 0:
+                        queue.put((batch["image"], batch["image"].clone()))
+                        assert answers.get(timeout=60) == "got"  # shared before the parent drops it
+        queue.put(None)
+        assert answers.get(timeout=60) is True
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()

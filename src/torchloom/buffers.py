@@ -142,7 +142,9 @@ class BufferPool(ReusePool[torch.Tensor]):
     A fresh batch buffer is faulted in page by page as it is first written (SPEC §6: ~3 µs per
     4 KiB page, a large share of a batch's cost); a reused one is not. A buffer is handed out again
     only when no tensor besides the pool's own shares its storage: a batch the user keeps (or any
-    view of it) is never overwritten.
+    view of it) is never overwritten. A buffer that has been moved to shared memory (a
+    ``torch.multiprocessing`` queue sharing the batch with another process) is dropped from the
+    pool, never written again: that process may still read it after this one let go.
 
     Example:
         >>> import torch
@@ -162,7 +164,10 @@ class BufferPool(ReusePool[torch.Tensor]):
         self.allocated = 0
 
     def take(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised contiguous tensor of ``shape`` that nothing else holds."""
         size = tuple(int(extent) for extent in shape)
+        with self._lock:  # buffers shared with another process since they were handed out: drop
+            self._buffers[:] = [buffer for buffer in self._buffers if not buffer.is_shared()]
         return self.reuse_or_add(
             lambda buffer: tuple(buffer.shape) == size and buffer.dtype == dtype,
             lambda: self._allocate(size, dtype),
