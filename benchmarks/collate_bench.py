@@ -1,8 +1,11 @@
-"""Collate speed: ``collate`` against ``default_collate``, and ``PadImages`` against the source
-document's variable-size collate (interpolate each image up towards the batch maximum, keeping the
-aspect ratio, then pad and stack).
+"""Collate speed: ``collate`` and ``Collate()`` against ``default_collate``, and ``PadImages``
+against the source document's variable-size collate (interpolate each image up towards the batch
+maximum, keeping the aspect ratio, then pad and stack).
 
-Both run in this process on the same prepared samples; rates are the best of interleaved rounds.
+In this process on the same prepared samples, rates the best of interleaved rounds; and through 2
+DataLoader workers over a dataset of the user's own (``Collate()`` stacks into reused shared
+buffers, ``default_collate`` into a fresh one per batch), rates and ratios medians of interleaved
+epochs.
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn import functional
-from torch.utils.data import default_collate
+from torch.utils.data import DataLoader, Dataset, default_collate
 
+from benchmarks.common import Measurement, count_items, interleave
+from benchmarks.pipeline import paired_ratio
 from torchloom import Collate, PadImages, collate
 
 BATCH = 64
 ROUNDS = 7
+WORKERS = 2
+WORKER_ROUNDS = 5
+WORKER_SAMPLES = 2048
 
 
 def same_shape_samples(seed: int = 0) -> list[dict[str, Any]]:
@@ -93,9 +101,11 @@ def batches_per_second(
 def run_collate() -> list[CollateResult]:
     same, variable = same_shape_samples(), variable_samples()
     pad = Collate({"image": PadImages()})
-    rates: dict[str, list[float]] = {"collate": [], "default": [], "pad": [], "document": []}
+    pooled = Collate()
+    rates: dict[str, list[float]] = {"collate": [], "Collate": [], "default": [], "pad": [], "document": []}
     for _ in range(ROUNDS):
         rates["collate"].append(batches_per_second(collate, same))
+        rates["Collate"].append(batches_per_second(pooled, same))
         rates["default"].append(batches_per_second(default_collate, same))
         rates["pad"].append(batches_per_second(pad, variable))
         rates["document"].append(batches_per_second(document_collate, variable))
@@ -106,8 +116,60 @@ def run_collate() -> list[CollateResult]:
             max(rates["default"]),
         ),
         CollateResult(
+            "same-shape dict batches: Collate() vs default_collate",
+            max(rates["Collate"]),
+            max(rates["default"]),
+        ),
+        CollateResult(
             "variable-size images: PadImages vs interpolate-then-pad",
             max(rates["pad"]),
             max(rates["document"]),
         ),
     ]
+
+
+class OwnSamples(Dataset[dict[str, Any]]):
+    """A dataset of the user's own, whose samples are cheap: a copy of one of 64 prepared 3×224×224
+    uint8 images and a label. What it measures is the hand-off of batches between processes."""
+
+    def __init__(self, size: int = WORKER_SAMPLES) -> None:
+        self.size = size
+        self.images = [sample["image"] for sample in same_shape_samples()]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"image": self.images[index % len(self.images)].clone(), "label": index % 10}
+
+
+def epoch_rate(loader: DataLoader[Any]) -> list[float]:
+    start = time.perf_counter()
+    images = sum(count_items(batch) for batch in loader)
+    return [images / (time.perf_counter() - start)]
+
+
+def run_collate_workers(
+    rounds: int = WORKER_ROUNDS, samples: int = WORKER_SAMPLES
+) -> tuple[float, dict[str, Measurement]]:
+    """``Collate()`` against ``default_collate`` through 2 persistent DataLoader workers over
+    :class:`OwnSamples`: the median ratio of interleaved epochs, and each one's images/s."""
+    dataset = OwnSamples(samples)
+    loaders = {
+        name: DataLoader(
+            dataset,
+            batch_size=BATCH,
+            shuffle=True,
+            num_workers=WORKERS,
+            collate_fn=collate_fn,
+            persistent_workers=True,
+            prefetch_factor=4,
+        )
+        for name, collate_fn in (("Collate()", Collate()), ("default_collate", default_collate))
+    }
+    for loader in loaders.values():
+        epoch_rate(loader)  # warm-up: workers started
+    rates = interleave(
+        rounds, {name: lambda loader=loader: epoch_rate(loader) for name, loader in loaders.items()}
+    )
+    return paired_ratio(rates["Collate()"], rates["default_collate"]), rates

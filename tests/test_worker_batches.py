@@ -26,7 +26,7 @@ from torchloom import (
     SampleKey,
     collate,
 )
-from torchloom.buffers import LEASE_ATTRIBUTE, BatchSlots
+from torchloom.buffers import LEASE_ATTRIBUTE, BatchSlots, BufferPool
 from torchloom.synthetic import write_class_folders
 from torchloom.worker_batches import (
     Lease,
@@ -201,18 +201,8 @@ def test_pickling_gives_an_empty_pool_and_outside_a_worker_plain_tensors() -> No
     assert not plain.is_shared() and not hasattr(plain, LEASE_ATTRIBUTE)
 
 
-def test_outside_a_worker_buffers_are_reused_once_nothing_holds_them() -> None:
-    pool = WorkerBatchPool()
-    first = pool.take((2, 3), torch.uint8)
-    pointer = first.data_ptr()
-    view = first[1]
-    assert pool.take((2, 3), torch.uint8).data_ptr() != pointer  # a view of it is alive
-    del first, view
-    assert pool.take((2, 3), torch.uint8).data_ptr() == pointer
-
-
-def test_an_in_process_buffer_shared_with_another_process_is_never_written_again() -> None:
-    pool = WorkerBatchPool()
+def test_a_loader_buffer_shared_with_another_process_is_never_written_again() -> None:
+    pool = BufferPool()
     batch = pool.take((2, 3), torch.uint8)
     batch.share_memory_()  # what a torch.multiprocessing queue does to a batch it sends (in place)
     pointer = batch.data_ptr()
@@ -353,27 +343,7 @@ def test_batches_of_other_collate_functions_are_never_overwritten(
         assert torch.equal(images, expected_images(dataset, indices, epoch=0))
 
 
-# --- in the main process (num_workers=0), and batches passed on to another process -------------------
-
-
-def test_without_workers_kept_batches_stay_intact_while_released_buffers_are_reused(folders: Path) -> None:
-    dataset = FolderDataset(folders, transform=AUGMENT, progress=False)
-    sampler = IndexSampler(len(dataset), shuffle=True, seed=2)
-    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, num_workers=0, collate_fn=collate)
-    kept, kept_views = [], []
-    for epoch in range(4):
-        sampler.set_epoch(epoch)
-        for number, batch in enumerate(loader):
-            if epoch == 1 and number % 4 == 0:
-                kept.append(batch)
-            elif epoch == 2 and number % 4 == 1:
-                kept_views.append((batch["image"][1], int(batch["index"][1])))
-    # One buffer per batch held at once (the one in use, and those kept): the others were reused.
-    assert 1 <= dataset._batch_buffers._in_process.allocated <= 1 + len(kept) + len(kept_views) + 1
-    for batch in kept:
-        assert torch.equal(batch["image"], expected_images(dataset, batch["index"].tolist(), epoch=1))
-    for view, index in kept_views:
-        assert torch.equal(view, dataset[SampleKey(index, epoch=2)]["image"])
+# --- batches passed on to another process, batches of a dataset of the user's own -------------------
 
 
 def _check_received(queue: Any, answers: Any) -> None:
@@ -387,8 +357,8 @@ def _check_received(queue: Any, answers: Any) -> None:
 
 
 def test_a_batch_sent_to_another_process_is_never_overwritten(folders: Path) -> None:
-    """A torch.multiprocessing queue moves a batch to shared memory in place; the Loader's and
-    the in-process dataset's buffer pools then never write that buffer again."""
+    """A torch.multiprocessing queue moves a batch to shared memory in place; the Loader's buffer
+    pool then never writes that buffer again (and batches built without workers are fresh)."""
     context = torch.multiprocessing.get_context("spawn")
     queue, answers = context.Queue(), context.Queue()
     child = context.Process(target=_check_received, args=(queue, answers))
@@ -413,3 +383,53 @@ def test_a_batch_sent_to_another_process_is_never_overwritten(folders: Path) -> 
         child.join(timeout=60)
         if child.is_alive():
             child.kill()
+
+
+class OwnImages(torch.utils.data.Dataset[dict[str, Any]]):
+    """A dataset of the user's own: a fresh tensor per sample, batched by ``Collate()``."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        generator = torch.Generator().manual_seed(index)
+        return {
+            "image": torch.randint(0, 256, (3, 8, 8), dtype=torch.uint8, generator=generator),
+            "index": index,
+        }
+
+
+class CollateWithStats:
+    def __init__(self) -> None:
+        self.collate = Collate()
+
+    def __call__(self, samples: Sequence[Any]) -> Any:
+        batch = self.collate(samples)
+        batch["reused"] = torch.tensor(self.collate._buffers.reused)  # set on the batch: it stays shipped
+        return batch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_collate_reuses_its_own_buffers_for_a_users_dataset_and_never_overwrites_kept_batches(
+    workers: int,
+) -> None:
+    dataset = OwnImages()
+    collate_fn = CollateWithStats()
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        collate_fn=collate_fn,
+        persistent_workers=workers > 0,
+    )
+    kept, reused = [], []
+    for epoch in range(4):
+        for number, batch in enumerate(loader):
+            reused.append(int(batch["reused"]))
+            if epoch == 1 and number % 2 == 0:
+                kept.append(batch)
+    assert max(reused) > 0 if workers else max(reused) == 0  # in-process, torch.stack allocates
+    for batch in kept:
+        expected = torch.stack([dataset[int(index)]["image"] for index in batch["index"]])
+        assert torch.equal(batch["image"], expected)

@@ -86,13 +86,39 @@ def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
             return None
         offset += numel
     shape = (len(tensors), *first.shape)
-    block = torch.empty(0, dtype=first.dtype).set_(
-        first.untyped_storage(), start, shape, contiguous_strides(shape)
+    return _over_storage(first, start, shape, contiguous_strides(shape), getattr(base, LEASE_ATTRIBUTE, None))
+
+
+def handed_out(buffer: torch.Tensor) -> torch.Tensor:
+    """``buffer`` as a new tensor object over the same memory, carrying its lease: a batch made of
+    a pooled buffer is not the pool's own tensor, so the pool's checks see the batch as a second
+    holder of the storage (as they see one made by :func:`consecutive_block`).
+
+    Example:
+        >>> import torch
+        >>> buffer = torch.zeros(2, 3)
+        >>> batch = handed_out(buffer)
+        >>> batch is buffer, batch.data_ptr() == buffer.data_ptr(), storage_users(buffer)
+        (False, True, 2)
+    """
+    return _over_storage(
+        buffer, buffer.storage_offset(), buffer.shape, buffer.stride(), getattr(buffer, LEASE_ATTRIBUTE, None)
     )
-    lease = getattr(base, LEASE_ATTRIBUTE, None)
+
+
+def _over_storage(
+    source: torch.Tensor,
+    offset: int | torch.SymInt,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    lease: object,
+) -> torch.Tensor:
+    tensor = torch.empty(0, dtype=source.dtype).set_(
+        source.untyped_storage(), offset, tuple(shape), tuple(strides)
+    )
     if lease is not None:
-        setattr(block, LEASE_ATTRIBUTE, lease)
-    return block
+        setattr(tensor, LEASE_ATTRIBUTE, lease)
+    return tensor
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:

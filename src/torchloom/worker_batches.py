@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from torchloom.buffers import LEASE_ATTRIBUTE, BufferPool, held_only_by, shared_empty, storage_users
+from torchloom.buffers import LEASE_ATTRIBUTE, empty_batch, held_only_by, shared_empty, storage_users
 
 
 @dataclass
@@ -73,19 +73,13 @@ class Lease:
 class WorkerBatchPool:
     """Shared batch buffers of one DataLoader worker, reused after the main process releases them.
 
-    Outside a worker (``shared=None``, the default: ``DataLoader(num_workers=0)``, a direct
-    ``__getitems__``) ``take`` hands out plain tensors from an in-process
-    :class:`torchloom.buffers.BufferPool`, reused once nothing holds them; ``shared=True`` leases
-    shared buffers in any process (tests). At most ``limit`` buffers are pooled; when all are held,
-    a fresh unpooled buffer is returned (the behaviour without a pool). Pickling, and a fork, give
-    an empty pool.
+    Outside a worker (``shared=None``, the default) ``take`` returns a plain tensor; ``shared=True``
+    leases shared buffers in any process (tests). At most ``limit`` buffers are pooled; when all are
+    held, a fresh unpooled buffer is returned (the behaviour without a pool). Pickling, and a fork,
+    give an empty pool.
 
     Example:
         >>> import torch
-        >>> in_process = WorkerBatchPool()
-        >>> first = in_process.take((2, 3), torch.uint8).data_ptr()  # dropped at once: free again
-        >>> in_process.take((2, 3), torch.uint8).data_ptr() == first
-        True
         >>> pool = WorkerBatchPool(shared=True)
         >>> buffer = pool.take((2, 3), torch.uint8)
         >>> getattr(buffer, LEASE_ATTRIBUTE).generation, buffer.is_shared()
@@ -108,7 +102,6 @@ class WorkerBatchPool:
         self._buffers: list[torch.Tensor | None] = [None] * self.limit
         self._board: torch.Tensor | None = None
         self._released: np.ndarray | None = None
-        self._in_process = BufferPool(self.limit)
         self._generation = 0
         #: Shared buffers allocated so far; reuse keeps it from growing with every batch.
         self.allocated = 0
@@ -120,10 +113,10 @@ class WorkerBatchPool:
 
     def take(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised contiguous tensor of ``shape`` that nothing else holds."""
-        if os.getpid() != self._pid:  # a forked child: the parent's locks may have been held
-            self._reset()
         if not (self.shared if self.shared is not None else get_worker_info() is not None):
-            return self._in_process.take(shape, dtype)
+            return empty_batch(shape, dtype)
+        if os.getpid() != self._pid:  # a forked child: the parent's lock may have been held
+            self._reset()
         size = tuple(int(extent) for extent in shape)
         with self._lock:
             position, spare = self._reusable(size, dtype)

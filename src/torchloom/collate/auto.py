@@ -5,7 +5,9 @@ the batch crosses to the main process without another copy; a worker's reused ba
 shipped so that the worker may write it again once the main process lets go of it, see
 :mod:`torchloom.worker_batches`); numbers become tensors; strings stay lists; dicts, tuples and
 lists recurse. :class:`torchloom.faults.Skipped` markers are removed and listed under
-``batch["skipped"]`` for :class:`torchloom.FaultReport`.
+``batch["skipped"]`` for :class:`torchloom.FaultReport`. Tensors it has to stack (a dataset of
+your own) go into a new buffer per batch; :class:`torchloom.Collate` ``()`` stacks them into
+buffers it reuses.
 
 Example:
     >>> import torch
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from torchloom.buffers import consecutive_block, empty_batch
+from torchloom.buffers import Allocate, consecutive_block, empty_batch, handed_out
 from torchloom.errors import TorchloomError
 from torchloom.faults import SKIPPED_KEY, Skipped
 from torchloom.worker_batches import ship
@@ -58,12 +60,13 @@ def collate(batch: Sequence[Any]) -> Any:
     return ship(result)
 
 
-def collate_values(values: Sequence[Any], field: str) -> Any:
+def collate_values(values: Sequence[Any], field: str, allocate: Allocate | None = None) -> Any:
     """Collate the values one field takes across a batch; ``field`` names it in errors.
 
     Ints mixed with floats become floats; any other mix of kinds (a bool among ints, a tensor
     beside ``None``) is a :class:`CollateError` naming the field. Strings (and ``None`` among
-    them) stay a list.
+    them) stay a list. ``allocate``: where stacked tensors of this field (not of fields nested in
+    it) are written (e.g. :class:`torchloom.worker_batches.WorkerBatchPool.take`).
     """
     types = {type(value) for value in values}
     kinds = {_kind(values[0])} if len(types) == 1 else {_kind(value) for value in values}
@@ -81,7 +84,7 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
     (kind,) = kinds
     if kind in ("tensor", "bool", "int", "float"):
         try:
-            return _batched(kind, values, types, field)
+            return _batched(kind, values, types, field, allocate)
         except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
             raise CollateError(
                 f"{field}: cannot batch these {kind} values ({type(exc).__name__}: {exc}); return tensors "
@@ -106,10 +109,12 @@ def collate_values(values: Sequence[Any], field: str) -> Any:
     return tuple(columns) if kind == "tuple" else columns
 
 
-def _batched(kind: str, values: Sequence[Any], types: set[type], field: str) -> torch.Tensor:
+def _batched(
+    kind: str, values: Sequence[Any], types: set[type], field: str, allocate: Allocate | None
+) -> torch.Tensor:
     if kind == "tensor":
         tensors = values if types == {torch.Tensor} else [torch.as_tensor(value) for value in values]
-        return stack_tensors(tensors, field)
+        return stack_tensors(tensors, field, allocate)
     if kind == "bool":
         return torch.tensor([bool(value) for value in values], dtype=torch.bool)
     if kind == "int":
@@ -141,11 +146,15 @@ def _kind(value: Any) -> str:
     return "other"
 
 
-def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
+def stack_tensors(
+    tensors: Sequence[torch.Tensor], field: str, allocate: Allocate | None = None
+) -> torch.Tensor:
     """Stack equal-shape tensors; in a worker the result lives in shared memory.
 
     Tensors that already are consecutive slots of one batch buffer (see
-    :class:`torchloom.buffers.BatchSlots`) are returned as that buffer, uncopied.
+    :class:`torchloom.buffers.BatchSlots`) are returned as that buffer, uncopied. Others are
+    copied, in a worker into ``allocate(shape, dtype)`` when given (a pool's reused buffer), else
+    into a new one.
     """
     block = consecutive_block(tensors)  # checks shapes and dtypes itself
     if block is not None:
@@ -161,5 +170,11 @@ def stack_tensors(tensors: Sequence[torch.Tensor], field: str) -> torch.Tensor:
                 "for sequences, or resize in the transform"
             )
     if first.device.type != "cpu" or get_worker_info() is None:
-        return torch.stack(list(tensors), 0)  # in-process, stack's own allocation is the fastest
-    return torch.stack(list(tensors), 0, out=empty_batch((len(tensors), *first.shape), first.dtype))
+        # In-process, stack's own allocation is the fastest: the allocator hands back memory it has
+        # already touched (stacking into a pooled buffer measured 0.78-0.85x of it).
+        return torch.stack(list(tensors), 0)
+    if allocate is None:
+        return torch.stack(list(tensors), 0, out=empty_batch((len(tensors), *first.shape), first.dtype))
+    out = allocate((len(tensors), *first.shape), first.dtype)
+    torch.stack(list(tensors), 0, out=out)
+    return handed_out(out)
