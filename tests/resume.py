@@ -44,23 +44,33 @@ class Subject:
 @dataclass
 class Setup:
     """How batches are read: DataLoader workers (``num_workers``, ``persistent``) or, with
-    ``threads``, torchloom's thread :class:`~torchloom.Loader` with that many threads."""
+    ``threads``, torchloom's thread :class:`~torchloom.Loader` with that many threads; batches of
+    ``batch_size``, the short last one dropped with ``drop_last``."""
 
     num_workers: int
     persistent: bool
     threads: int = 0
+    batch_size: int = BATCH_SIZE
+    drop_last: bool = False
 
     def loader(self, subject: Subject, obj: Any, stateful: bool = True) -> Any:
         dataset, sampler = subject.parts(obj)
         if self.threads:
             from torchloom import Loader
 
-            return Loader(dataset, sampler=sampler, batch_size=BATCH_SIZE, num_threads=self.threads)
+            return Loader(
+                dataset,
+                sampler=sampler,
+                batch_size=self.batch_size,
+                num_threads=self.threads,
+                drop_last=self.drop_last,
+            )
         kind = StatefulDataLoader if stateful else DataLoader
         return kind(
             dataset,
             sampler=sampler,
-            batch_size=BATCH_SIZE,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
             num_workers=self.num_workers,
             persistent_workers=self.persistent and self.num_workers > 0,
         )
@@ -111,7 +121,7 @@ def interrupted(subject: Subject, setup: Setup, epoch: int, batches: int) -> tup
 
 def check_interrupts(subject: Subject, setup: Setup) -> None:
     full = epoch_ids(subject, setup, EPOCH)
-    count = -(-len(full) // BATCH_SIZE)
+    count = -(-len(full) // setup.batch_size)
     assert count >= 4, "a subject needs a few batches per epoch"
     for stop in sorted({0, 1, count // 2, count - 1}):
         for order in ("before", "after"):
@@ -122,7 +132,7 @@ def check_interrupts(subject: Subject, setup: Setup) -> None:
 
 def check_resume_of_resume(subject: Subject, setup: Setup) -> None:
     full = epoch_ids(subject, setup, EPOCH)
-    count = -(-len(full) // BATCH_SIZE)
+    count = -(-len(full) // setup.batch_size)
     first, second = count // 3, 2 * count // 3
     seen, state = interrupted(subject, setup, EPOCH, first)
     obj = subject.make()

@@ -625,3 +625,102 @@ def test_lru_is_thread_safe() -> None:
     assert not errors and stats.hits + stats.misses == 8000
     assert stats.bytes == stats.entries * 8 <= 400
     assert 0 < stats.evictions <= stats.misses - stats.entries  # two threads may compute one key
+
+
+# --- a full disk, a damaged meta.json, left-over builds -------------------------------------------
+
+
+def test_a_disk_without_room_for_the_images_is_refused_before_writing(
+    folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchloom.cache import storage
+
+    real = storage.shutil.disk_usage
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda path: real(path)._replace(free=1000))
+    with pytest.raises(CacheSpaceError, match=r"needs .* for its images, but only 1000 B is free"):
+        open_cache(FolderDataset(folders, progress=False), tmp_path / "cache")
+    assert sorted(os.listdir(tmp_path)) == ["cache.lock", "data"]  # no half-built folder left
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EOPNOTSUPP"])
+def test_a_disk_filling_up_while_the_files_are_laid_out_is_an_error_not_a_crash(
+    folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errno_name: str
+) -> None:
+    """A memory map written on a full disk kills the process (SIGBUS): blocks are allocated first."""
+    import errno
+
+    from torchloom.cache import storage
+
+    def fallocate(descriptor: int, offset: int, length: int) -> None:
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
+    monkeypatch.setattr(storage.os, "posix_fallocate", fallocate)
+    dataset = FolderDataset(folders, progress=False)
+    if errno_name == "ENOSPC":
+        with pytest.raises(CacheSpaceError, match="ran out of space"):
+            open_cache(dataset, tmp_path / "cache")
+    else:  # a filesystem that cannot allocate ahead: the free-space check alone
+        assert samples_equal(open_cache(dataset, tmp_path / "cache")[3], dataset[3])
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "cut short"])
+def test_a_cache_whose_meta_json_an_interrupted_copy_damaged_is_rebuilt(
+    folders: Path, tmp_path: Path, damage: str
+) -> None:
+    dataset = FolderDataset(folders, progress=False)
+    path = tmp_path / "cache"
+    open_cache(dataset, path).close()
+    meta = path / META_FILE
+    if damage == "deleted":
+        meta.unlink()
+    else:
+        meta.write_bytes(b"" if damage == "emptied" else meta.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=r"meta\.json is (missing|damaged).*rebuilding"):
+        rebuilt = open_cache(dataset, path)
+    assert rebuilt.report.built and samples_equal(rebuilt[2], dataset[2])
+
+
+def test_a_folder_with_cache_file_names_and_files_of_its_own_is_never_overwritten(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name in ("inputs.npz", "images.npy", "notes.txt"):
+        (folder / name).write_bytes(b"x")
+    with pytest.raises(NotACacheError, match="never overwritten"):
+        read_meta(str(folder))
+
+
+def test_a_build_killed_before_it_finished_leaves_nothing_after_the_next_build(
+    folders: Path, tmp_path: Path
+) -> None:
+    left_over = tmp_path / "cache.building-killed"
+    left_over.mkdir()
+    (left_over / "images.npy").write_bytes(bytes(1000))
+    open_cache(FolderDataset(folders, progress=False), tmp_path / "cache").close()
+    assert sorted(os.listdir(tmp_path)) == ["cache", "cache.lock", "data"]
+
+
+def test_a_cache_path_where_nothing_can_be_written_names_the_folder(folders: Path, tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(CacheError, match=r"cannot write in .*a_file.* to build the cache there"):
+        open_cache(FolderDataset(folders, progress=False), tmp_path / "a_file" / "cache")
+
+
+def test_a_symlinked_cache_path_stays_a_link_to_the_rebuilt_cache(folders: Path, tmp_path: Path) -> None:
+    dataset = FolderDataset(folders, progress=False)
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "disk" / "cache").mkdir()
+    link = tmp_path / "cache"
+    link.symlink_to(tmp_path / "disk" / "cache")
+    open_cache(dataset, link).close()
+    with pytest.warns(UserWarning, match="rebuilding"):
+        open_cache(dataset, link, max_side=16).close()
+    assert link.is_symlink() and (link / META_FILE).exists()
+    assert sorted(os.listdir(tmp_path / "disk")) == ["cache", "cache.lock"]  # nothing left beside it
+
+
+def test_the_cli_refuses_a_cache_inside_the_data_folder(
+    folders: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["cache", str(folders), "--out", str(folders / "cache")]) == 2
+    assert "inside the data folder" in capsys.readouterr().err
+    assert not (folders / "cache").exists()

@@ -14,7 +14,14 @@ from PIL import Image
 
 from conftest import png_declaring, write_jpeg
 from torchloom import DecodeError, read_image
-from torchloom.io.image import _read_all, decode_image, jpeg_scale_for, probe_image
+from torchloom.io.image import (
+    HEADER_PROBE_BYTES,
+    _read_all,
+    decode_image,
+    jpeg_scale_for,
+    probe_file,
+    probe_image,
+)
 from torchloom.io.scratch import ScratchArrays
 from torchloom.synthetic import synthetic_image
 
@@ -225,3 +232,34 @@ def test_reading_a_file_that_grew_or_shrank_since_its_size_was_taken() -> None:
     with pytest.raises(ValueError, match="grew past 50"):
         _read_all(read_end, 10, whole=True, most=50)
     os.close(read_end)
+
+
+def _png_with_exif_after_the_pixels(image: np.ndarray, orientation: int) -> bytes:
+    """A valid PNG whose eXIf chunk follows its IDAT chunks (the PNG spec allows it)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+        )
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG", compress_level=0)
+    raw = buffer.getvalue()
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    tiff = exif.tobytes()
+    tiff = tiff[6:] if tiff.startswith(b"Exif\0\0") else tiff
+    end = raw.rfind(b"IEND") - 4
+    return raw[:end] + chunk(b"eXIf", tiff) + raw[end:]
+
+
+def test_a_large_png_with_its_orientation_after_the_pixels_probes_upright(tmp_path: Path) -> None:
+    image = np.random.default_rng(0).integers(0, 256, (200, 300, 3), dtype=np.uint8)
+    path = tmp_path / "late.png"
+    path.write_bytes(_png_with_exif_after_the_pixels(image, 6))
+    assert path.stat().st_size > HEADER_PROBE_BYTES  # the probe's prefix cannot hold the chunk
+    header = probe_file(path)
+    assert (header.height, header.width, header.orientation) == (300, 200, 6)
+    assert read_image(path).shape == (300, 200, 3)  # decoding agrees (the cache checks that it does)

@@ -422,3 +422,26 @@ def test_state_across_key_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     resumed = WindowSampler([5000], window=1, shuffle=False)
     resumed.load_state_dict(state)
     assert [int(k) for k in resumed] == list(range(2501, 5000))
+
+
+def test_numpy_numbers_given_to_a_sampler_make_a_plain_checkpoint(tmp_path: Any) -> None:
+    import io
+    import json
+
+    from torchloom import BalancedSampler, WindowSampler
+
+    samplers = [
+        BalancedSampler(np.array([0, 1, 1, 2] * 5), seed=np.int64(4), beta=np.float64(0.9), mode="effective"),
+        WindowSampler([10, 15], window=np.int64(4), stride=np.int64(2), seed=np.int64(1)),
+        MixtureSampler([20, 10], [0.5, 0.5], batch_size=np.int64(4), seed=np.int64(2)),
+    ]
+    for sampler in samplers:
+        iterator = iter(sampler)
+        next(iterator)
+        state = sampler.state_dict()
+        json.dumps(state)
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        buffer.seek(0)
+        assert torch.load(buffer, weights_only=True) == state
+        sampler.load_state_dict(json.loads(json.dumps(state)))

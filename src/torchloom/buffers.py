@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 
@@ -159,7 +160,21 @@ def storage_users(tensor: torch.Tensor) -> int | None:
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None:
         return None
-    return int(count(tensor.untyped_storage()._cdata)) - 1  # the temporary storage object counts one
+    storage = tensor.untyped_storage()
+    # The storage's Python object counts one use while Python refers to it. References to it beyond
+    # the baseline (this variable, getrefcount's argument, torch's own) are a caller keeping
+    # ``tensor.untyped_storage()``, which holds the storage as a tensor would.
+    kept = sys.getrefcount(storage) - _storage_object_baseline()
+    return int(count(storage._cdata)) - 1 + max(0, kept)
+
+
+@functools.cache
+def _storage_object_baseline() -> int:
+    """``sys.getrefcount`` of a storage object nothing but a local variable refers to, as
+    :func:`storage_users` measures it (torch holds references of its own, by version)."""
+    tensor = torch.empty(1)
+    storage = tensor.untyped_storage()
+    return sys.getrefcount(storage)
 
 
 class BufferPool(ReusePool[torch.Tensor]):

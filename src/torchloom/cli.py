@@ -119,12 +119,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None) -> int:
     """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
+    if os.path.isdir(data) and is_within(out, data):
+        print(
+            f"torchloom cache: --out {out!r} is inside the data folder {data!r}, where the next run "
+            "would take the cache for data (a class folder); pass a path outside it",
+            file=sys.stderr,
+        )
+        return 2
     try:
         dataset = open_image_dataset(data, on_error="skip", workers=workers)
         cache = DecodedCache(
             dataset, out, max_side=max_side, location="memory" if memory else "disk", workers=workers
         )
-    except TorchloomError as exc:
+    except (TorchloomError, OSError) as exc:
         print(f"torchloom cache: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     with cache:
@@ -136,6 +143,12 @@ def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, worker
         if memory:
             print(f"fits in shared memory: copied {cache.nbytes:,} bytes to /dev/shm and removed them")
     return 0
+
+
+def is_within(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies inside it (symbolic links resolved)."""
+    resolved, root = os.path.realpath(path), os.path.realpath(folder)
+    return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
 
 
 if __name__ == "__main__":

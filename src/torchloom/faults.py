@@ -77,6 +77,11 @@ class Skipped:
     def __bool__(self) -> bool:
         return True
 
+    def pin_memory(self) -> Skipped:
+        """The marker itself: ``pin_memory=True`` (DataLoader, Loader) leaves batch["skipped"] as it is
+        (torch's pinning asks an object for ``pin_memory`` before treating it as a sequence)."""
+        return self
+
 
 class SkippedSampleError(TorchloomError, TypeError):
     """A :class:`Skipped` marker was used as a sample; names the sample and the fix."""

@@ -70,7 +70,7 @@ class Resumable:
 
     def state_dict(self) -> dict[str, Any]:
         """The position as a plain dict, safe in any checkpoint (``torch.save``, JSON)."""
-        state = self._get_state()
+        state = plain(self._get_state())
         state[KEY_VERSION] = self.STATE_VERSION
         state[KEY_KIND] = type(self).__name__
         return state
@@ -96,6 +96,26 @@ class Resumable:
                 "load it into the same kind of object"
             )
         self._set_state(self._upgrade(state, version))
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays turned into Python numbers and lists (a seed given as
+    ``np.int64`` must not make a checkpoint that JSON or ``torch.load(weights_only=True)`` refuses).
+
+    Example:
+        >>> import numpy as np
+        >>> plain({"seed": np.int64(3), "weights": [np.float32(0.5)]})
+        {'seed': 3, 'weights': [0.5]}
+    """
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(plain(item) for item in value)
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    return value
 
 
 def check_field(owner: object, state: Mapping[str, Any], key: str, expected: Any, hint: str = "") -> None:

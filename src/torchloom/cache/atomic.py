@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from torchloom.cache.errors import CacheError
 from torchloom.cache.storage import fsync_path
 
 try:
@@ -48,13 +49,16 @@ def cache_lock(target: str, *, exclusive: bool) -> Iterator[None]:
         yield
         return
     parent = os.path.dirname(target) or "."
-    os.makedirs(parent, exist_ok=True)
     try:
+        os.makedirs(parent, exist_ok=True)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         descriptor = os.open(target + LOCK_SUFFIX, flags, 0o666)
     except OSError as exc:
         if exclusive or exc.errno not in _NO_LOCK_FILE:
-            raise
+            raise CacheError(
+                f"cannot write in {parent!r} to build the cache there ({exc.strerror or exc}); pass a "
+                "cache path on a disk you can write to"
+            ) from exc
         yield  # a cache on a read-only file system cannot be rebuilt under the reader either
         return
     try:
@@ -65,9 +69,23 @@ def cache_lock(target: str, *, exclusive: bool) -> Iterator[None]:
 
 
 def new_staging_folder(target: str) -> str:
-    """A fresh temporary folder beside ``target`` (same file system, so the rename is atomic)."""
+    """A fresh temporary folder beside ``target`` (same file system, so the rename is atomic).
+
+    The caller holds the exclusive lock, so no other build is running: folders that builds killed
+    before they finished (``<cache>.building-*``, up to a whole cache's size) are removed first.
+    """
     parent = os.path.dirname(target) or "."
-    return tempfile.mkdtemp(prefix=os.path.basename(target) + STAGING_INFIX, dir=parent)
+    prefix = os.path.basename(target) + STAGING_INFIX
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    try:
+        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+    except OSError as exc:
+        raise CacheError(
+            f"cannot write in {parent!r} to build the cache there ({exc.strerror or exc}); pass a "
+            "cache path on a disk you can write to"
+        ) from exc
 
 
 def replace_folder(staging: str, target: str) -> None:

@@ -7,6 +7,7 @@ sample's own ``(seed, epoch, index)`` draws.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -21,7 +22,7 @@ from torch.utils.data import Dataset
 from torchloom.buffers import BatchSlots
 from torchloom.cache.atomic import cache_lock, new_staging_folder, replace_folder
 from torchloom.cache.build import build_cache
-from torchloom.cache.errors import CorruptCacheError
+from torchloom.cache.errors import CacheError, CorruptCacheError
 from torchloom.cache.fingerprint import InputStats, settings_of
 from torchloom.cache.integrity import file_problem
 from torchloom.cache.memory import SharedCopy, format_bytes
@@ -79,8 +80,11 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
     same sample dicts (labels, paths, manifest fields), except that the image is read from the
     cache (upright, as ``dataset`` decodes it, shrunk with ``cv2.INTER_AREA`` so its longer side is
     at most ``max_side``) and then given to ``dataset``'s transform with ``dataset.rng(key)``: the
-    same random draws as without the cache (identical with ``max_side=None``; with it, crop boxes
-    are drawn on the smaller image, the same relative boxes up to rounding). ``__getitems__`` reads
+    same random draws as without the cache (with ``max_side``, crop boxes are drawn on the smaller
+    image, the same relative boxes up to rounding). With ``max_side=None`` a sample equals the
+    uncached one exactly, except after a resizing transform on a JPEG: uncached, the JPEG is decoded
+    at 1/2, 1/4 or 1/8 scale when the crop allows, the cache holds it at full size, so pixels differ
+    slightly (the same box, resized from more detail). ``__getitems__`` reads
     a batch with one gather and writes its images into one batch buffer, as the dataset does.
 
     Building decodes every sample in threads with a progress bar, into a temporary folder renamed
@@ -148,7 +152,14 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         if workers is not None and workers < 1:
             raise ConfigError(f"workers must be >= 1 or None, got {workers=}")
         self.source = dataset
-        self.path = os.path.abspath(os.fspath(path))
+        # A symbolic link to a folder is resolved: the cache is built beside the folder it names and
+        # renamed onto it there (the link stays as it is, pointing at the new cache).
+        self.path = os.path.realpath(os.fspath(path))
+        if os.path.ismount(self.path):
+            raise ConfigError(
+                f"cache path {os.fspath(path)!r} is a mount point, which a finished build cannot be "
+                "renamed onto; pass a folder inside it"
+            )
         self.location = location
         self.max_side = max_side
         self.fields = (_image_field(dataset, fields),)
@@ -181,7 +192,11 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
                 return False, None
         if found.kind != "missing" and not rebuild:
             raise found.error(self.path)
-        with cache_lock(self.path, exclusive=True):
+        with contextlib.ExitStack() as locked:
+            try:
+                locked.enter_context(cache_lock(self.path, exclusive=True))
+            except CacheError as exc:
+                raise CacheError(f"{found.message}, and it cannot be built: {exc}") from exc
             found = self._inspect(inputs, verify)  # another process may have built it meanwhile
             if not isinstance(found, CacheProblem):
                 self._attach(*found)

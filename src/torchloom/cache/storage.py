@@ -26,16 +26,19 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from torchloom.cache.errors import CacheError, CorruptCacheError, NotACacheError
+from torchloom.cache.errors import CacheError, CacheSpaceError, CorruptCacheError, NotACacheError
 from torchloom.cache.fingerprint import FORMAT_VERSION
+from torchloom.cache.memory import format_bytes
 
 #: ``meta.json``'s ``"format"``: what tells a torchloom cache folder from any other folder.
 MARKER = "torchloom.DecodedCache"
@@ -78,6 +81,8 @@ def read_meta(folder: str) -> dict[str, Any]:
         with open(path, "rb") as handle:
             raw = handle.read()
     except FileNotFoundError:
+        if holds_only_cache_files(folder):
+            raise CorruptCacheError(f"cache {folder!r}: {META_FILE} is missing") from None
         raise NotACacheError(
             f"{folder!r} is not a torchloom cache (it has no {META_FILE}) and is never overwritten; "
             "pass another cache path, or delete the folder if it is yours to delete"
@@ -85,12 +90,14 @@ def read_meta(folder: str) -> dict[str, Any]:
     try:
         meta = json.loads(raw)
     except ValueError as exc:
-        if MARKER.encode() in raw:
+        if MARKER.encode() in raw or holds_only_cache_files(folder):
             raise CorruptCacheError(f"cache {folder!r}: {META_FILE} is damaged ({exc})") from exc
         raise NotACacheError(
             f"{path!r} is not a torchloom cache's metadata (not JSON); pass another cache path"
         ) from exc
     if not isinstance(meta, dict) or meta.get("format") != MARKER:
+        if holds_only_cache_files(folder):
+            raise CorruptCacheError(f"cache {folder!r}: {META_FILE} is damaged (no format {MARKER!r})")
         raise NotACacheError(
             f"{folder!r} is not a torchloom cache ({META_FILE} has no format {MARKER!r}) and is never "
             "overwritten; pass another cache path"
@@ -107,8 +114,59 @@ def read_meta(folder: str) -> dict[str, Any]:
     return meta
 
 
+def holds_only_cache_files(folder: str) -> bool:
+    """``folder`` holds a cache's input list and images and nothing that is not a cache file: a
+    cache whose ``meta.json`` was lost or cut short (an interrupted copy writes it last), which may
+    be rebuilt; any other folder is never overwritten.
+
+    Example:
+        >>> import tempfile
+        >>> holds_only_cache_files(tempfile.mkdtemp())
+        False
+    """
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return False
+    layouts = ({FIXED_FILE}, {BLOB_FILE, OFFSETS_FILE, SHAPES_FILE})
+    return INPUTS_FILE in names and any(
+        layout <= names and names <= layout | {INPUTS_FILE, META_FILE} for layout in layouts
+    )
+
+
 def _meta_checksum(body: dict[str, Any]) -> int:
     return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii"))
+
+
+def check_free_space(folder: str, needed: int) -> None:
+    """Refuse, with both sizes, to lay out ``needed`` bytes of images in ``folder`` when its disk
+    has less free space."""
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise CacheSpaceError(
+            f"building a cache in {os.path.dirname(folder)!r} needs {format_bytes(needed)} for its "
+            f"images, but only {format_bytes(free)} is free there; free some space, pass a path on "
+            "another disk, or a smaller max_side"
+        )
+
+
+def reserve(path: str) -> None:
+    """Allocate the disk blocks of the (sparse) file ``path`` now: a disk that fills up during the
+    build is then a :class:`CacheSpaceError` here, not a SIGBUS that kills the process when a page
+    of its memory map is first written."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise CacheSpaceError(
+                f"the disk holding {path!r} ran out of space while the cache's files were laid out; "
+                "free some space, or pass a path on another disk"
+            ) from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise  # a filesystem that cannot allocate ahead keeps the free-space check alone
+    finally:
+        os.close(descriptor)
 
 
 class ImageWriter:
@@ -128,9 +186,12 @@ class ImageWriter:
         self._images: np.ndarray | None = None
         self._blob: np.ndarray | None = None
         if self.shape is not None:
+            images_path = os.path.join(folder, FIXED_FILE)
+            check_free_space(folder, len(shapes) * int(np.prod(self.shape)))
             self._images = np.lib.format.open_memmap(
-                os.path.join(folder, FIXED_FILE), mode="w+", dtype=np.uint8, shape=(len(shapes), *self.shape)
+                images_path, mode="w+", dtype=np.uint8, shape=(len(shapes), *self.shape)
             )
+            reserve(images_path)
             self.files = [FIXED_FILE]
             return
         sizes = np.prod(shapes.astype(np.int64), axis=1)
@@ -140,7 +201,9 @@ class ImageWriter:
         total = int(self._offsets[-1])
         blob_path = os.path.join(folder, BLOB_FILE)
         if total:
+            check_free_space(folder, total)
             self._blob = np.memmap(blob_path, dtype=np.uint8, mode="w+", shape=(total,))
+            reserve(blob_path)
         else:
             open(blob_path, "wb").close()
         self.files = [BLOB_FILE, OFFSETS_FILE, SHAPES_FILE]

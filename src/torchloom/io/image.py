@@ -32,7 +32,13 @@ import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
 from torchloom.errors import DecodeError, UnsafeFileError
-from torchloom.io.orientation import ORIENTATION_TAG, jpeg_orientation, oriented_size, stored_size
+from torchloom.io.orientation import (
+    ORIENTATION_TAG,
+    jpeg_orientation,
+    oriented_size,
+    png_orientation,
+    stored_size,
+)
 from torchloom.io.orientation import orient as orient_array
 from torchloom.io.scratch import ScratchArrays
 
@@ -234,12 +240,21 @@ def probe_file(
     """
     head = read_bytes(path, inside=inside, limit=HEADER_PROBE_BYTES)
     try:
-        return probe_image(head, path, max_pixels=max_pixels, orient=orient)
+        header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
     except DecodeError:
         if len(head) < HEADER_PROBE_BYTES:
             raise  # the whole file was read: the header is bad
         head = read_bytes(path, inside=inside, limit=MAX_HEADER_BYTES)
-        return probe_image(head, path, max_pixels=max_pixels, orient=orient)
+        header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
+    if orient and header.format == "PNG" and len(head) >= HEADER_PROBE_BYTES:
+        # Pillow finds an eXIf chunk after the pixel data only by decoding them, which a prefix
+        # cannot: walk the file's chunks for it, as decoding the whole file would find it.
+        with os.fdopen(open_regular(path), "rb") as handle:
+            orientation = png_orientation(handle)
+        if orientation != header.orientation:
+            stored = stored_size(header.height, header.width, header.orientation)
+            header = ImageHeader(*oriented_size(*stored, orientation), header.format, orientation)
+    return header
 
 
 def decode_image(

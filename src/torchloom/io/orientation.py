@@ -14,7 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import os
 import struct
+from typing import BinaryIO
 
 import numpy as np
 
@@ -45,6 +47,38 @@ def jpeg_orientation(data: bytes) -> int:
         if kind == _APP1 and data[start : start + 6] == b"Exif\0\0":
             return _tiff_orientation(data[start + 6 : min(end, size)])
         position = end
+    return 1
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+#: Chunks a PNG walk looks at before giving up (8 KiB IDAT chunks: a ~800 MB image).
+MAX_PNG_CHUNKS = 100_000
+#: The largest eXIf chunk read (an orientation sits in the first IFD; this bounds a hostile length).
+MAX_EXIF_BYTES = 1 << 20
+
+
+def png_orientation(handle: BinaryIO) -> int:
+    """The orientation (1..8) a PNG's ``eXIf`` chunk declares, wherever it sits (the PNG spec lets it
+    follow the pixel data): the walk reads chunk headers only and seeks over their data. 1 when
+    there is none or it is unreadable.
+
+    Example:
+        >>> import io
+        >>> png_orientation(io.BytesIO(PNG_MAGIC + bytes(8)))
+        1
+    """
+    if handle.read(len(PNG_MAGIC)) != PNG_MAGIC:
+        return 1
+    for _ in range(MAX_PNG_CHUNKS):
+        header = handle.read(8)
+        if len(header) < 8:
+            return 1
+        length, kind = struct.unpack(">I4s", header)
+        if kind == b"eXIf":
+            return _tiff_orientation(handle.read(length)) if length <= MAX_EXIF_BYTES else 1
+        if kind == b"IEND":
+            return 1
+        handle.seek(length + 4, os.SEEK_CUR)  # the data, then the CRC
     return 1
 
 

@@ -24,7 +24,7 @@ import os
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -39,6 +39,8 @@ from torchloom.state import Resumable, StateMismatchError, check_epoch
 
 KEY_SAMPLER = "sampler"
 KEY_BATCHES = "batches"
+#: The epoch of the position, for a sampler without a state of its own (e.g. DistributedSampler).
+KEY_EPOCH = "epoch"
 # Threads used when num_threads is not given: one per core, but not more than this.
 MAX_DEFAULT_THREADS = 8
 
@@ -120,7 +122,15 @@ class Loader(Resumable):
             )
         self.dataset = dataset
         self.batch_size = batch_size
-        self.sampler: Sampler[Any] = sampler or IndexSampler(len(dataset), shuffle=shuffle, seed=seed)  # type: ignore[arg-type]
+        self.sampler: Sampler[Any] = (
+            sampler if sampler is not None else IndexSampler(len(dataset), shuffle=shuffle, seed=seed)  # type: ignore[arg-type]
+        )
+        unit = getattr(self.sampler, "unit", 1)
+        if isinstance(unit, int) and unit > 1 and batch_size % unit:
+            raise ConfigError(
+                f"batch_size={batch_size} must be a multiple of the sampler's unit {unit} (each batch holds "
+                "whole units, so the composition the sampler promises per unit holds per batch)"
+            )
         self.collate_fn = collate_fn or collate
         self.num_threads = num_threads or default_threads()
         if self.num_threads < 1:
@@ -130,10 +140,13 @@ class Loader(Resumable):
         self.pin_memory = pin_memory and self._can_pin()
         self._pool = BufferPool(limit=self.num_threads + prefetch + 4)
         self._delivered: dict[str, Any] | None = None  # state after the last delivered batch
-        self._resume_batches = 0  # batches to skip on the next iteration (samplers without state)
-        # The running iteration, weakly: the generator refers to this loader, so a strong reference
-        # back would keep an abandoned iteration (and its threads) alive until a garbage collection.
-        self._live: weakref.ref[Generator[Any, None, None]] | None = None
+        self._delivered_epoch: int | None = None  # the sampler's epoch when that iteration started
+        # Samplers without a state of their own: batches to skip on the next iteration, in which epoch.
+        self._resume_batches = 0
+        self._epoch: int | None = None
+        # The running iteration, weakly: it refers to this loader, so a strong reference back would
+        # keep an abandoned iteration (and its threads) alive until a garbage collection.
+        self._live: weakref.ref[_Iteration] | None = None
 
     @staticmethod
     def _can_pin() -> bool:
@@ -151,66 +164,60 @@ class Loader(Resumable):
         return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` (passed to the sampler and, when it has one, the dataset)."""
+        """Start ``epoch`` (passed to the sampler and, when it has one, the dataset).
+
+        After a ``load_state_dict`` of a position in an earlier epoch, a later epoch wins; the same
+        epoch keeps the loaded position (torchloom's samplers keep it themselves)."""
         epoch = check_epoch(epoch)
+        if self._resume_batches and self._epoch is not None and epoch < self._epoch:
+            warnings.warn(
+                f"Loader.set_epoch({epoch}) after loading a checkpoint of epoch {self._epoch}: the later "
+                f"epoch wins, so epoch {self._epoch} continues. Start your epoch loop at the checkpoint's "
+                "epoch to silence this.",
+                stacklevel=2,
+            )
+            return
+        if epoch != self._epoch:
+            self._resume_batches = 0
         for target in (self.sampler, self.dataset):
             setter = getattr(target, "set_epoch", None)
             if callable(setter):
                 setter(epoch)
+        self._epoch = epoch
         self._delivered = None  # the position is now the sampler's: the start of the epoch
+
+    def _sampler_epoch(self) -> int | None:
+        """The sampler's current epoch, when it says (torchloom's samplers, DistributedSampler)."""
+        epoch = getattr(self.sampler, "epoch", None)
+        return int(epoch) if isinstance(epoch, int) else None
 
     # --- iteration ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        self.close()
-        iterator = self._batches()
-        self._live = weakref.ref(iterator)
-        return iterator
+        """A new iteration; one that is still running is stopped (its ``next`` then raises)."""
+        self._stop_live("iter(loader) started a new iteration of this Loader")
+        resume = self._resume_batches
+        sampler_epoch = self._sampler_epoch()
+        if resume and sampler_epoch is not None and self._epoch is not None and sampler_epoch != self._epoch:
+            resume = 0  # the sampler was moved to another epoch since the load: start that one whole
+        self._resume_batches = 0
+        self._epoch = sampler_epoch if sampler_epoch is not None else self._epoch
+        iteration = _Iteration(self, resume)
+        self._live = weakref.ref(iteration)
+        return iteration
 
     def close(self) -> None:
-        """Stop the current iteration, if any: pending batches are cancelled, threads joined.
+        """Stop the current iteration, if any: pending batches are cancelled, threads joined (its
+        ``next`` then raises StopIteration).
 
         Dropping the iterator (leaving a ``for`` loop) does the same at once."""
-        live, self._live = self._live, None
-        iterator = live() if live is not None else None
-        if iterator is not None:
-            iterator.close()
+        self._stop_live(None)
 
-    def _batches(self) -> Generator[Any, None, None]:
-        stateful = callable(getattr(self.sampler, "state_dict", None))
-        delivered, self._resume_batches = self._resume_batches, 0
-        self._delivered = {
-            KEY_SAMPLER: self.sampler.state_dict() if stateful else {},  # type: ignore[attr-defined]
-            KEY_BATCHES: delivered,
-        }
-        keys: Iterator[Any] = iter(self.sampler)
-        if delivered:
-            keys = itertools.islice(keys, delivered * self.batch_size, None)  # fast-forward
-        depth = self.num_threads + self.prefetch
-        pending: deque[tuple[Future[Any], dict[str, Any]]] = deque()
-        executor = ThreadPoolExecutor(self.num_threads, thread_name_prefix="torchloom-loader")
-        try:
-            exhausted = False
-            while True:
-                while not exhausted and len(pending) < depth:
-                    batch_keys = list(itertools.islice(keys, self.batch_size))
-                    if not batch_keys or (self.drop_last and len(batch_keys) < self.batch_size):
-                        exhausted = True
-                        break
-                    delivered += 1
-                    snapshot = self.sampler.state_dict() if stateful else {}  # type: ignore[attr-defined]
-                    snapshot = {KEY_SAMPLER: snapshot, KEY_BATCHES: delivered}
-                    pending.append((executor.submit(self._fetch, batch_keys), snapshot))
-                if not pending:
-                    return
-                future, snapshot = pending.popleft()
-                batch = future.result()
-                self._delivered = snapshot
-                yield batch
-        finally:
-            for future, _ in pending:
-                future.cancel()
-            executor.shutdown(wait=True, cancel_futures=True)
+    def _stop_live(self, reason: str | None) -> None:
+        live, self._live = self._live, None
+        iteration = live() if live is not None else None
+        if iteration is not None:
+            iteration.stop(reason)
 
     def _fetch(self, keys: Sequence[Any]) -> Any:
         fetch_into = getattr(self.dataset, "getitems_into", None)
@@ -229,20 +236,171 @@ class Loader(Resumable):
 
     # --- state ----------------------------------------------------------------------------------
 
+    def _sampler_state(self) -> dict[str, Any]:
+        state = getattr(self.sampler, "state_dict", None)
+        return state() if callable(state) else {}
+
     def _get_state(self) -> dict[str, Any]:
-        if self._delivered is not None:
-            return {KEY_SAMPLER: self._delivered[KEY_SAMPLER], KEY_BATCHES: self._delivered[KEY_BATCHES]}
-        sampler_state = getattr(self.sampler, "state_dict", None)
-        sampler = sampler_state() if callable(sampler_state) else {}
-        return {KEY_SAMPLER: sampler, KEY_BATCHES: self._resume_batches}
+        delivered = self._delivered
+        if delivered is not None and self._sampler_epoch() == self._delivered_epoch:
+            return dict(delivered)
+        # Nothing delivered since a load or set_epoch; or the sampler's own set_epoch (as Lightning
+        # calls it) moved on to another epoch since: the position is the sampler's.
+        batches = self._resume_batches if delivered is None else 0
+        epoch = self._sampler_epoch()
+        return {
+            KEY_SAMPLER: self._sampler_state(),
+            KEY_BATCHES: batches,
+            KEY_EPOCH: epoch if epoch is not None else self._epoch,
+        }
 
     def _set_state(self, state: dict[str, Any]) -> None:
         if KEY_SAMPLER not in state or KEY_BATCHES not in state:
             raise StateMismatchError("Loader.load_state_dict needs the dict Loader.state_dict() returned")
-        self.close()
+        self._stop_live("load_state_dict stopped this iteration")
         load = getattr(self.sampler, "load_state_dict", None)
         self._delivered = None
         if callable(load) and state[KEY_SAMPLER]:
             load(state[KEY_SAMPLER])  # the sampler now holds the position
-        else:
-            self._resume_batches = int(state[KEY_BATCHES])
+            self._resume_batches = 0
+            return
+        epoch = state.get(KEY_EPOCH)
+        current = self._sampler_epoch()
+        current = current if current is not None else self._epoch
+        if epoch is not None:
+            if current is not None and current > int(epoch):
+                return  # set_epoch asked for a later epoch before this load: the later epoch wins
+            setter = getattr(self.sampler, "set_epoch", None)
+            if callable(setter):
+                setter(int(epoch))
+            self._epoch = int(epoch)
+        self._resume_batches = int(state[KEY_BATCHES])
+
+
+class _Iteration:
+    """One pass of a :class:`Loader` over its sampler: batches fetched ahead on a thread pool and
+    delivered in order, the loader's state set to each delivered batch's position.
+
+    An error raised while loading a batch reaches the caller when that batch is due, and the
+    threads stop (nothing runs while the error is handled); a further ``next`` starts them again
+    and goes on with the following batch, as a DataLoader does. When a newer iteration or a
+    ``load_state_dict`` stops this one, its ``next`` raises :class:`UsageError` saying so (its
+    remaining batches were not delivered).
+    """
+
+    def __init__(self, loader: Loader, resume: int) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        # Batches drawn and not yet delivered: each one's fetch, position once delivered, and keys.
+        self._pending: deque[tuple[Future[Any], dict[str, Any], list[Any]]] = deque()
+        self._done = False
+        self._stopped: str | None = None  # why a newer iteration or a load stopped this one
+        self._loader = loader
+        self._stateful = callable(getattr(loader.sampler, "state_dict", None))
+        self._delivered = resume
+        self._epoch = loader._epoch
+        loader._delivered_epoch = loader._sampler_epoch()
+        loader._delivered = self._snapshot(loader._sampler_state())
+        self._keys: Iterator[Any] = iter(loader.sampler)
+        if resume:
+            self._keys = itertools.islice(self._keys, resume * loader.batch_size, None)  # fast-forward
+        self._depth = loader.num_threads + loader.prefetch
+        self._exhausted = False
+        self._finished: dict[str, Any] | None = None  # the position once the epoch is drawn to its end
+        self._start_threads()
+        try:
+            self._fill()
+        except BaseException:
+            self.stop(None)
+            raise
+
+    def __iter__(self) -> _Iteration:
+        return self
+
+    def __next__(self) -> Any:
+        if self._stopped is not None:
+            raise UsageError(
+                f"this Loader iteration was stopped: {self._stopped}, so its remaining batches were not "
+                "delivered. A Loader runs one iteration at a time (for two at once, make two Loaders)"
+            )
+        if self._done:
+            raise StopIteration
+        if self._executor is None:  # paused by an error in an earlier batch: go on
+            self._start_threads()
+        if not self._pending:
+            self.stop(None)
+            raise StopIteration
+        future, snapshot, keys = self._pending.popleft()
+        try:
+            batch = future.result()
+        except Exception:
+            self._pause()
+            self._loader._delivered = snapshot  # the failed batch is behind: a resume goes on after it
+            raise
+        except BaseException:  # interrupted while waiting: the batch is still due
+            self._pending.appendleft((future, snapshot, keys))
+            raise
+        # Draw ahead before delivering, so that the last batch of the epoch is known as such: its
+        # position is the end of the epoch, which resumes into the whole next one.
+        self._fill()
+        if self._exhausted and not self._pending and self._finished is not None:
+            snapshot = self._finished
+        self._loader._delivered = snapshot
+        return batch
+
+    def _fill(self) -> None:
+        loader = self._loader
+        while not self._exhausted and len(self._pending) < self._depth:
+            batch_keys = list(itertools.islice(self._keys, loader.batch_size))
+            if not batch_keys or (loader.drop_last and len(batch_keys) < loader.batch_size):
+                self._exhausted = True
+                self._finished = self._end_of_epoch()
+                if not self._pending:  # nothing more to deliver: the position is the end already
+                    loader._delivered = self._finished
+                return
+            self._delivered += 1
+            snapshot = self._snapshot(loader._sampler_state() if self._stateful else {})
+            self._pending.append((self._submit(batch_keys), snapshot, batch_keys))
+
+    def _submit(self, keys: list[Any]) -> Future[Any]:
+        assert self._executor is not None
+        return self._executor.submit(self._loader._fetch, keys)
+
+    def _start_threads(self) -> None:
+        """Start the thread pool; batches whose fetch a pause cancelled are submitted again."""
+        self._executor = ThreadPoolExecutor(self._loader.num_threads, thread_name_prefix="torchloom-loader")
+        self._pending = deque(
+            (self._submit(keys) if future.cancelled() else future, snapshot, keys)
+            for future, snapshot, keys in self._pending
+        )
+
+    def _pause(self) -> None:
+        """Cancel the fetches not yet started and join the threads (finished ones are kept)."""
+        executor, self._executor = self._executor, None
+        for future, _, _ in self._pending:
+            future.cancel()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def _snapshot(self, sampler_state: dict[str, Any]) -> dict[str, Any]:
+        return {KEY_SAMPLER: sampler_state, KEY_BATCHES: self._delivered, KEY_EPOCH: self._epoch}
+
+    def _end_of_epoch(self) -> dict[str, Any]:
+        """The position after the whole epoch: the sampler's own state once it is drawn to the end
+        (a short last batch dropped included); for a sampler without one, the start of the next
+        epoch (epoch + 1 when it has epochs, else simply the start)."""
+        if self._stateful:
+            return self._snapshot(self._loader._sampler_state())
+        epoch = None if self._epoch is None else self._epoch + 1
+        return {KEY_SAMPLER: {}, KEY_BATCHES: 0, KEY_EPOCH: epoch}
+
+    def stop(self, reason: str | None) -> None:
+        """End the iteration: cancel pending batches, join the threads; with a ``reason`` (a newer
+        iteration, a load), a later ``next`` raises instead of ending quietly."""
+        if reason is not None and not self._done:
+            self._stopped = reason
+        self._done = True
+        self._pause()
+        self._pending.clear()
+
+    def __del__(self) -> None:
+        self.stop(None)
