@@ -23,6 +23,7 @@ from conftest import write_jpeg
 from torchloom import (
     CenterCrop,
     Compose,
+    EmptyDatasetError,
     FolderDataset,
     HorizontalFlip,
     Image,
@@ -724,3 +725,31 @@ def test_the_cli_refuses_a_cache_inside_the_data_folder(
     assert cli_main(["cache", str(folders), "--out", str(folders / "cache")]) == 2
     assert "inside the data folder" in capsys.readouterr().err
     assert not (folders / "cache").exists()
+
+
+def test_shared_memory_filled_by_another_process_meanwhile_is_a_space_error(
+    folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    dataset = FolderDataset(folders, progress=False)
+    open_cache(dataset, tmp_path / "cache").close()
+    before = set(os.listdir(memory_module.SHM_ROOT))
+
+    def full(source: str, target: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(memory_module.shutil, "copyfile", full)
+    with pytest.raises(CacheSpaceError, match="filled up while cache"):
+        open_cache(dataset, tmp_path / "cache", location="memory")
+    assert set(os.listdir(memory_module.SHM_ROOT)) <= before  # its partial copy removed
+
+
+def test_a_dataset_none_of_whose_images_decodes_is_an_error_not_an_empty_cache(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    write_class_folders(root, [0, 0], truncated=3, progress=False)
+    dataset = FolderDataset(root, on_error="skip", progress=False)
+    assert len(dataset) == 3  # truncated files pass the header check
+    with pytest.raises(EmptyDatasetError, match=r"no sample of .* could be decoded"):
+        open_cache(dataset, tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

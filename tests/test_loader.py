@@ -289,3 +289,11 @@ def test_pinning_a_batch_leaves_its_skipped_records_as_they_are() -> None:
     record = Skipped(3, "a.jpg", "DecodeError", "truncated")
     batch = pin_memory({"label": [1, 2], "skipped": [record]})
     assert batch["skipped"][0] is record
+
+
+def test_an_end_of_epoch_state_of_an_earlier_release_resumes_into_a_whole_epoch() -> None:
+    from torch.utils.data import SequentialSampler
+
+    loader = Loader(KeyEcho(10), batch_size=4, sampler=SequentialSampler(range(10)))
+    loader.load_state_dict({"sampler": {}, "batches": 3, "version": 1, "kind": "Loader"})
+    assert indices(loader) == list(range(10))

@@ -75,7 +75,7 @@ def build_cache(
 
     _run_parallel(range(count), probe, workers, progress, "reading image headers")
     if len(failures) == count:
-        first = failures[0]
+        first = failures[min(failures)]
         raise EmptyDatasetError(
             f"no sample of {name} could be read, nothing to cache (e.g. {first.path!r}: {first.reason})"
         )
@@ -92,6 +92,11 @@ def build_cache(
     todo = [i for i in range(count) if i not in failures]
     _run_parallel(todo, decode, workers, progress, f"decoding into {os.path.basename(folder)}")
     files = writer.close()
+    if len(failures) == count:
+        first = failures[min(failures)]
+        raise EmptyDatasetError(
+            f"no sample of {name} could be decoded, nothing to cache (e.g. {first.path!r}: {first.reason})"
+        )
     inputs.save(os.path.join(folder, INPUTS_FILE))
     fsync_path(os.path.join(folder, INPUTS_FILE))
     files.append(INPUTS_FILE)

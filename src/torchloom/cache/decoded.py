@@ -89,7 +89,9 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
 
     Building decodes every sample in threads with a progress bar, into a temporary folder renamed
     onto ``path`` when complete. Opening checks the cache's settings and every input file's size and
-    mtime: a stale cache is rebuilt with a warning saying what changed (``rebuild=False``: a
+    mtime (so a cache copied along with its data by ``rsync -a`` stays valid; a file replaced by one
+    of the same size with its mtime kept, as ``cp -p`` does, is not noticed: delete the cache to
+    rebuild it): a stale cache is rebuilt with a warning saying what changed (``rebuild=False``: a
     :class:`StaleCacheError`), a truncated or altered one likewise (:class:`CorruptCacheError`), and
     a folder that is not a torchloom cache is refused (:class:`NotACacheError`), never overwritten.
     Builders in several processes wait for each other through ``<path>.lock``; the later ones use

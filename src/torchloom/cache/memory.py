@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -77,6 +78,17 @@ class SharedCopy:
         try:
             for file in files:
                 shutil.copyfile(os.path.join(source, file), os.path.join(self.folder, file))
+        except OSError as exc:
+            self._finalizer()
+            if exc.errno != errno.ENOSPC:
+                raise
+            # Another process (a DDP rank on this node) filled it since the check above.
+            raise CacheSpaceError(
+                f"shared memory in {root} filled up while cache {source!r} ({format_bytes(need)}) was "
+                "copied there (another process opening a cache in memory at the same time?); each "
+                "process opening a cache with location='memory' makes its own copy: open it in one "
+                "process per node, or use location='disk' (its pages are shared through the page cache)"
+            ) from exc
         except BaseException:
             self._finalizer()
             raise

@@ -60,8 +60,11 @@ class Loader(Resumable):
 
     Works with the same datasets (map-style), samplers (torchloom's are resumable), collate
     functions and fault policy as a DataLoader. Errors name the sample as the DataLoader path does
-    (they are raised from the thread that loaded it, unchanged). Stopping iteration early (``break``,
-    an exception, :meth:`close`) cancels what is pending and leaves no thread running.
+    (they are raised from the thread that loaded it, unchanged); the threads stop while an error is
+    handled, and a further ``next`` goes on with the following batch, as a DataLoader does. Stopping
+    iteration early (``break``, dropping the iterator, :meth:`close`) cancels what is pending and
+    leaves no thread running. One iteration runs at a time: ``iter(loader)`` stops a running one,
+    whose ``next`` then raises saying so (for two at once, make two Loaders).
 
     Args:
         dataset: a map-style dataset; ``__getitems__`` is used when it has one.
@@ -274,7 +277,9 @@ class Loader(Resumable):
             if callable(setter):
                 setter(int(epoch))
             self._epoch = int(epoch)
-        self._resume_batches = int(state[KEY_BATCHES])
+        batches = int(state[KEY_BATCHES])
+        # A state at the end of an epoch from before the end was recorded as such: the whole next epoch.
+        self._resume_batches = batches if batches < len(self) else 0
 
 
 class _Iteration:
