@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from benchmarks.common import Measurement, count_items, interleave
+from benchmarks.common import Measurement, epoch_rate, interleave
 from benchmarks.pipeline import paired_ratio
 from torchloom import Collate, PadImages, collate
 
@@ -141,12 +141,6 @@ class OwnSamples(Dataset[dict[str, Any]]):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {"image": self.images[index % len(self.images)].clone(), "label": index % 10}
-
-
-def epoch_rate(loader: DataLoader[Any]) -> list[float]:
-    start = time.perf_counter()
-    images = sum(count_items(batch) for batch in loader)
-    return [images / (time.perf_counter() - start)]
 
 
 def run_collate_workers(

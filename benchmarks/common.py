@@ -63,6 +63,13 @@ def loader_rate(
     return rates
 
 
+def epoch_rate(loader: Iterable[Any]) -> list[float]:
+    """Items/s of one pass over ``loader``, as a one-element list (an :func:`interleave` run)."""
+    started = time.perf_counter()
+    items = sum(count_items(batch) for batch in loader)
+    return [items / (time.perf_counter() - started)]
+
+
 def interleave(rounds: int, runs: dict[str, Callable[[], list[float]]]) -> dict[str, Measurement]:
     """Run each measurement ``rounds`` times, interleaved, so machine noise hits all alike."""
     results = {name: Measurement(name, []) for name in runs}

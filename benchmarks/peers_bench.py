@@ -34,14 +34,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader
 
-from benchmarks.common import Measurement, count_items, interleave
+from benchmarks.common import Measurement, epoch_rate, interleave
 from benchmarks.peers import PEER_MODULES, draw_box
 from benchmarks.pipeline import CROP, paired_ratio, ratio_range
 from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, Loader, RandomResizedCrop, collate
@@ -172,12 +172,6 @@ def wait_for_peers(servers: dict[str, PeerServer], missing: dict[str, str]) -> d
             missing[peer] = f"failed: {error}"
             server.close()
     return ready
-
-
-def epoch_rate(loader: Iterable[Any]) -> list[float]:
-    started = time.perf_counter()
-    images = sum(count_items(batch) for batch in loader)
-    return [images / (time.perf_counter() - started)]
 
 
 def torchloom_runs(dataset: Any, names: tuple[str, str]) -> dict[str, Callable[[], list[float]]]:

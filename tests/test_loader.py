@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,19 @@ def test_an_end_of_epoch_state_of_an_earlier_release_resumes_into_a_whole_epoch(
     loader = Loader(KeyEcho(10), batch_size=4, sampler=SequentialSampler(range(10)))
     loader.load_state_dict({"sampler": {}, "batches": 3, "version": 1, "kind": "Loader"})
     assert indices(loader) == list(range(10))
+
+
+def test_with_its_own_shuffled_sampler_each_new_iteration_is_the_next_epoch() -> None:
+    """As DataLoader(shuffle=True) reshuffles every iteration, with no set_epoch needed."""
+    loader = Loader(KeyEcho(12), batch_size=5, shuffle=True, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "iterated again without set_epoch" warning
+        first, second = indices(loader), indices(loader)
+    assert sorted(first) == sorted(second) == list(range(12)) and first != second
+    reference = Loader(KeyEcho(12), batch_size=5, shuffle=True, seed=2)
+    reference.set_epoch(1)
+    assert indices(reference) == second
+    resumed = Loader(KeyEcho(12), batch_size=5, shuffle=True, seed=2)
+    resumed.load_state_dict(reference.state_dict())  # the end of epoch 1: epoch 2 next
+    reference.set_epoch(2)
+    assert indices(resumed) == indices(reference)

@@ -71,7 +71,9 @@ class Loader(Resumable):
         batch_size: samples per batch.
         sampler: the order (a torchloom sampler for exact resume); default an
             :class:`~torchloom.samplers.IndexSampler` (shuffled with ``shuffle=True``).
-        shuffle: with no sampler, shuffle every epoch (seeded by ``seed`` and the epoch).
+        shuffle: with no sampler, shuffle every epoch (seeded by ``seed`` and the epoch). With no
+            sampler, a new iteration after a finished one starts the next epoch, as a DataLoader
+            reshuffles (:meth:`set_epoch` sets the epoch explicitly).
         collate_fn: default :func:`torchloom.collate`.
         num_threads: threads building batches (default: one per core, at most 8).
         prefetch: batches ready ahead of the training loop, besides those being built.
@@ -147,6 +149,9 @@ class Loader(Resumable):
         # Samplers without a state of their own: batches to skip on the next iteration, in which epoch.
         self._resume_batches = 0
         self._epoch: int | None = None
+        # The epoch an iteration of the loader's own sampler finished (the next iteration moves on).
+        self._owns_sampler = sampler is None
+        self._finished_epoch: int | None = None
         # The running iteration, weakly: it refers to this loader, so a strong reference back would
         # keep an abandoned iteration (and its threads) alive until a garbage collection.
         self._live: weakref.ref[_Iteration] | None = None
@@ -188,6 +193,7 @@ class Loader(Resumable):
                 setter(epoch)
         self._epoch = epoch
         self._delivered = None  # the position is now the sampler's: the start of the epoch
+        self._finished_epoch = None
 
     def _sampler_epoch(self) -> int | None:
         """The sampler's current epoch, when it says (torchloom's samplers, DistributedSampler)."""
@@ -199,6 +205,9 @@ class Loader(Resumable):
     def __iter__(self) -> Iterator[Any]:
         """A new iteration; one that is still running is stopped (its ``next`` then raises)."""
         self._stop_live("iter(loader) started a new iteration of this Loader")
+        finished = self._finished_epoch
+        if self._owns_sampler and finished is not None and finished == self._sampler_epoch():
+            self.set_epoch(finished + 1)  # as DataLoader(shuffle=True) reshuffles every iteration
         resume = self._resume_batches
         sampler_epoch = self._sampler_epoch()
         if resume and sampler_epoch is not None and self._epoch is not None and sampler_epoch != self._epoch:
@@ -263,6 +272,7 @@ class Loader(Resumable):
         self._stop_live("load_state_dict stopped this iteration")
         load = getattr(self.sampler, "load_state_dict", None)
         self._delivered = None
+        self._finished_epoch = None
         if callable(load) and state[KEY_SAMPLER]:
             load(state[KEY_SAMPLER])  # the sampler now holds the position
             self._resume_batches = 0
@@ -349,6 +359,7 @@ class _Iteration:
         self._fill()
         if self._exhausted and not self._pending and self._finished is not None:
             snapshot = self._finished
+            self._loader._finished_epoch = self._loader._sampler_epoch()
         self._loader._delivered = snapshot
         return batch
 
@@ -361,6 +372,7 @@ class _Iteration:
                 self._finished = self._end_of_epoch()
                 if not self._pending:  # nothing more to deliver: the position is the end already
                     loader._delivered = self._finished
+                    loader._finished_epoch = loader._sampler_epoch()
                 return
             self._delivered += 1
             snapshot = self._snapshot(loader._sampler_state() if self._stateful else {})
