@@ -24,13 +24,15 @@ LABELS = np.repeat([0, 1, 2], [60, 20, 10])  # as examples/distributed_common.py
 DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def run_example(command: list[str], out: Path) -> list[dict[str, Any]]:
+def run_example(command: list[str], out: Path, results: Path | None = None) -> list[dict[str, Any]]:
+    """Run an example writing into ``out``; what each rank recorded in ``results`` (default ``out``)."""
     env = {key: value for key, value in os.environ.items() if key not in DISTRIBUTED_ENV}
     done = subprocess.run(
         [*command, str(out)], env=env, capture_output=True, text=True, timeout=240, cwd=EXAMPLES.parent
     )
     assert done.returncode == 0, f"{command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+    folder = results or out
+    return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(2)]
 
 
 def torchrun(script: str) -> list[str]:
@@ -122,3 +124,25 @@ def test_under_accelerates_batch_shard_the_sampler_yields_the_global_order() -> 
     assert Counter(order) - Counter(shares[0] + shares[1]) == Counter()
     plain = BalancedSampler(LABELS, seed=0, rank=0, world_size=2)  # not under a shard: splits itself
     assert len(list(plain)) == 45
+
+
+def test_lightning_resumes_the_thread_loader_at_an_epoch_end_and_inside_an_epoch(tmp_path: Path) -> None:
+    """Lightning saves the Loader's position in its checkpoints and loads it on resume (it calls
+    ``iter`` before ``sampler.set_epoch`` then: the Loader draws nothing until the first batch)."""
+
+    def phase(name: str) -> list[dict[str, Any]]:
+        command = [sys.executable, str(EXAMPLES / "lightning_loader.py"), name]
+        return run_example(command, tmp_path, results=tmp_path / name)
+
+    def share(rank: int, epoch: int) -> list[int]:
+        sampler = BalancedSampler(LABELS, seed=0, rank=rank, world_size=2)
+        sampler.set_epoch(epoch)
+        return [int(key) for key in sampler]
+
+    first, resumed = phase("first"), phase("resume")
+    part, rest = phase("part"), phase("rest")
+    for rank in range(2):
+        assert first[rank]["seen"] == {"0": share(rank, 0)}
+        assert resumed[rank]["seen"] == {"1": share(rank, 1)}, "epoch-end checkpoint: the next epoch, whole"
+        assert part[rank]["seen"]["0"] + rest[rank]["seen"]["0"] == share(rank, 0), "mid-epoch checkpoint"
+        assert len(part[rank]["seen"]["0"]) == 5 * 4

@@ -314,3 +314,16 @@ def test_with_its_own_shuffled_sampler_each_new_iteration_is_the_next_epoch() ->
     resumed.load_state_dict(reference.state_dict())  # the end of epoch 1: epoch 2 next
     reference.set_epoch(2)
     assert indices(resumed) == indices(reference)
+
+
+def test_nothing_is_drawn_or_started_before_the_first_batch_is_asked_for() -> None:
+    """Lightning calls iter() to check a loader, and iter() before sampler.set_epoch when it resumes."""
+    sampler = IndexSampler(12, shuffle=True, seed=5)
+    loader = Loader(KeyEcho(12), batch_size=4, sampler=sampler, num_threads=2)
+    iterator = iter(loader)
+    assert loader_threads() == 0
+    sampler.set_epoch(1)
+    first = next(iterator)
+    expected = IndexSampler(12, shuffle=True, seed=5)
+    expected.set_epoch(1)
+    assert first["index"].tolist() == [int(key) for key in expected][:4]

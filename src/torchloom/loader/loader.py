@@ -203,8 +203,17 @@ class Loader(Resumable):
     # --- iteration ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        """A new iteration; one that is still running is stopped (its ``next`` then raises)."""
+        """A new iteration; one that is still running is stopped (its ``next`` then raises).
+
+        Nothing is drawn from the sampler before the first ``next``: a ``set_epoch`` between
+        ``iter`` and ``next`` (Lightning's order when it resumes) still chooses the epoch."""
         self._stop_live("iter(loader) started a new iteration of this Loader")
+        iteration = _Iteration(self)
+        self._live = weakref.ref(iteration)
+        return iteration
+
+    def _begin(self) -> int:
+        """Start an iteration's epoch: the batches it skips to resume (samplers without a state)."""
         finished = self._finished_epoch
         if self._owns_sampler and finished is not None and finished == self._sampler_epoch():
             self.set_epoch(finished + 1)  # as DataLoader(shuffle=True) reshuffles every iteration
@@ -214,9 +223,7 @@ class Loader(Resumable):
             resume = 0  # the sampler was moved to another epoch since the load: start that one whole
         self._resume_batches = 0
         self._epoch = sampler_epoch if sampler_epoch is not None else self._epoch
-        iteration = _Iteration(self, resume)
-        self._live = weakref.ref(iteration)
-        return iteration
+        return resume
 
     def close(self) -> None:
         """Stop the current iteration, if any: pending batches are cancelled, threads joined (its
@@ -303,24 +310,34 @@ class _Iteration:
     remaining batches were not delivered).
     """
 
-    def __init__(self, loader: Loader, resume: int) -> None:
+    def __init__(self, loader: Loader) -> None:
         self._executor: ThreadPoolExecutor | None = None
         # Batches drawn and not yet delivered: each one's fetch, position once delivered, and keys.
         self._pending: deque[tuple[Future[Any], dict[str, Any], list[Any]]] = deque()
+        self._started = False
         self._done = False
         self._stopped: str | None = None  # why a newer iteration or a load stopped this one
         self._loader = loader
         self._stateful = callable(getattr(loader.sampler, "state_dict", None))
+        self._depth = loader.num_threads + loader.prefetch
+        self._exhausted = False
+        self._finished: dict[str, Any] | None = None  # the position once the epoch is drawn to its end
+        self._keys: Iterator[Any] = iter(())
+        self._delivered = 0
+        self._epoch: int | None = None
+
+    def _start(self) -> None:
+        """Begin the epoch at the first ``next``: draw keys, start the threads, fetch ahead."""
+        self._started = True
+        loader = self._loader
+        resume = loader._begin()
         self._delivered = resume
         self._epoch = loader._epoch
         loader._delivered_epoch = loader._sampler_epoch()
         loader._delivered = self._snapshot(loader._sampler_state())
-        self._keys: Iterator[Any] = iter(loader.sampler)
+        self._keys = iter(loader.sampler)
         if resume:
             self._keys = itertools.islice(self._keys, resume * loader.batch_size, None)  # fast-forward
-        self._depth = loader.num_threads + loader.prefetch
-        self._exhausted = False
-        self._finished: dict[str, Any] | None = None  # the position once the epoch is drawn to its end
         self._start_threads()
         try:
             self._fill()
@@ -339,7 +356,9 @@ class _Iteration:
             )
         if self._done:
             raise StopIteration
-        if self._executor is None:  # paused by an error in an earlier batch: go on
+        if not self._started:
+            self._start()
+        elif self._executor is None:  # paused by an error in an earlier batch: go on
             self._start_threads()
         if not self._pending:
             self.stop(None)
