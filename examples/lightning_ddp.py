@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys, Record, output_folder
+from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys, output_folder
+from lightning_common import RecordingModel
 from torch.utils.data import DataLoader
 
 from torchloom import BalancedSampler
@@ -31,24 +31,6 @@ class Data(pl.LightningDataModule):
         return DataLoader(Keys(), sampler=self.sampler, batch_size=BATCH_SIZE, num_workers=1)
 
 
-class Model(pl.LightningModule):
-    def __init__(self, folder: str) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 3)
-        self.record, self.folder = Record(), folder
-
-    def training_step(self, batch: dict[str, Any], batch_index: int) -> torch.Tensor:
-        self.record.add(batch)
-        return torch.nn.functional.cross_entropy(self.layer(batch["x"]), batch["label"])
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def on_train_end(self) -> None:
-        sampler = self.trainer.datamodule.sampler  # type: ignore[attr-defined]
-        self.record.write(self.folder, self.global_rank, self.trainer.world_size, padded=sampler.padded)
-
-
 def main() -> None:
     folder = output_folder(sys.argv)
     trainer = pl.Trainer(
@@ -61,7 +43,7 @@ def main() -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Model(folder), datamodule=Data())
+    trainer.fit(RecordingModel(folder), datamodule=Data())
 
 
 if __name__ == "__main__":

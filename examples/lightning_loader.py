@@ -20,8 +20,8 @@ import sys
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys, Record
+from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys
+from lightning_common import RecordingModel
 
 from torchloom import BalancedSampler, Loader
 
@@ -56,24 +56,6 @@ class Data(pl.LightningDataModule):
         return Loader(Keys(), sampler=self.sampler, batch_size=BATCH_SIZE, num_threads=2)
 
 
-class Model(pl.LightningModule):
-    def __init__(self, folder: str) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 3)
-        self.record, self.folder = Record(), folder
-
-    def training_step(self, batch: dict[str, Any], batch_index: int) -> torch.Tensor:
-        self.record.add(batch)
-        return torch.nn.functional.cross_entropy(self.layer(batch["x"]), batch["label"])
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def on_train_end(self) -> None:
-        sampler = self.trainer.datamodule.sampler  # type: ignore[attr-defined]
-        self.record.write(self.folder, self.global_rank, self.trainer.world_size, padded=sampler.padded)
-
-
 def main() -> None:
     phase, out = sys.argv[1], sys.argv[2]
     limits, resume_from, save_as = PHASES[phase]
@@ -91,7 +73,7 @@ def main() -> None:
         **limits,
     )
     ckpt_path = os.path.join(out, resume_from) if resume_from else None
-    trainer.fit(Model(os.path.join(out, phase)), datamodule=Data(), ckpt_path=ckpt_path)
+    trainer.fit(RecordingModel(os.path.join(out, phase)), datamodule=Data(), ckpt_path=ckpt_path)
     if save_as and "max_epochs" in limits:
         trainer.save_checkpoint(os.path.join(out, save_as))  # at the end of the last epoch
 
