@@ -173,7 +173,8 @@ def collate_section(quick: bool) -> str:
             "document's `image_collate_fn` (float images, bilinear "
             "interpolation towards the batch maximum keeping the aspect ratio, pad, stack); `PadImages` pads "
             "without resizing and adds a mask and the sizes.",
-            "`Collate()` stacks into buffers of its own pool, reused once nothing holds them.",
+            "`Collate()` stacks as `collate` does in this process; in a DataLoader worker it stacks "
+            "into shared buffers of its own pool (below).",
             "",
             markdown_table(rows),
             "",

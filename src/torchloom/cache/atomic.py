@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -71,21 +72,33 @@ def cache_lock(target: str, *, exclusive: bool) -> Iterator[None]:
 def new_staging_folder(target: str) -> str:
     """A fresh temporary folder beside ``target`` (same file system, so the rename is atomic).
 
-    The caller holds the exclusive lock, so no other build is running: folders that builds killed
-    before they finished (``<cache>.building-*``, up to a whole cache's size) are removed first.
+    Its name carries this host and process (``<cache>.building-<host>-<pid>-*``): folders that builds
+    on this host left behind when they were killed before they finished (up to a whole cache's
+    size each) are removed first, once their process is gone.
     """
     parent = os.path.dirname(target) or "."
-    prefix = os.path.basename(target) + STAGING_INFIX
+    own = f"{os.path.basename(target)}{STAGING_INFIX}{socket.gethostname()}-"
     for name in os.listdir(parent):
-        if name.startswith(prefix):
+        if name.startswith(own) and not _running(name[len(own) :].split("-", 1)[0]):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     try:
-        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+        return tempfile.mkdtemp(prefix=f"{own}{os.getpid()}-", dir=parent)
     except OSError as exc:
         raise CacheError(
             f"cannot write in {parent!r} to build the cache there ({exc.strerror or exc}); pass a "
             "cache path on a disk you can write to"
         ) from exc
+
+
+def _running(pid: str) -> bool:
+    """Whether process ``pid`` (a number, as written in a staging folder's name) runs on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError):  # alive under another user, or not a name this module wrote
+        return True
+    return True
 
 
 def replace_folder(staging: str, target: str) -> None:

@@ -6,8 +6,8 @@ shipped so that the worker may write it again once the main process lets go of i
 :mod:`torchloom.worker_batches`); numbers become tensors; strings stay lists; dicts, tuples and
 lists recurse. :class:`torchloom.faults.Skipped` markers are removed and listed under
 ``batch["skipped"]`` for :class:`torchloom.FaultReport`. Tensors it has to stack (a dataset of
-your own) go into a new buffer per batch; :class:`torchloom.Collate` ``()`` stacks them into
-buffers it reuses.
+your own) go into a new buffer per batch; ``torchloom.Collate()`` stacks them into buffers it
+reuses.
 
 Example:
     >>> import torch

@@ -368,19 +368,23 @@ class _Iteration:
             batch = future.result()
         except Exception:
             self._pause()
-            self._loader._delivered = snapshot  # the failed batch is behind: a resume goes on after it
+            self._deliver(snapshot)  # the failed batch is behind: a resume goes on after it
             raise
         except BaseException:  # interrupted while waiting: the batch is still due
             self._pending.appendleft((future, snapshot, keys))
             raise
-        # Draw ahead before delivering, so that the last batch of the epoch is known as such: its
-        # position is the end of the epoch, which resumes into the whole next one.
+        # Draw ahead before delivering, so that the last batch of the epoch is known as such.
         self._fill()
+        self._deliver(snapshot)
+        return batch
+
+    def _deliver(self, snapshot: dict[str, Any]) -> None:
+        """Set the loader's position to after the batch of ``snapshot``; after the epoch's last
+        batch, the end of the epoch (which resumes into the whole next one)."""
         if self._exhausted and not self._pending and self._finished is not None:
             snapshot = self._finished
             self._loader._finished_epoch = self._loader._sampler_epoch()
         self._loader._delivered = snapshot
-        return batch
 
     def _fill(self) -> None:
         loader = self._loader
@@ -390,8 +394,7 @@ class _Iteration:
                 self._exhausted = True
                 self._finished = self._end_of_epoch()
                 if not self._pending:  # nothing more to deliver: the position is the end already
-                    loader._delivered = self._finished
-                    loader._finished_epoch = loader._sampler_epoch()
+                    self._deliver(self._finished)
                 return
             self._delivered += 1
             snapshot = self._snapshot(loader._sampler_state() if self._stateful else {})
