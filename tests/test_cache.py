@@ -699,13 +699,16 @@ def test_a_build_killed_before_it_finished_leaves_nothing_after_the_next_build(
     finished = subprocess.Popen(["true"])
     finished.wait()  # its pid names a process that has ended
     host = socket.gethostname()
-    left_over = tmp_path / f"cache.building-{host}-{finished.pid}-x1y2z3"
-    running = tmp_path / f"cache.building-{host}-{os.getpid()}-a1b2c3"  # another build of this process
-    for folder in (left_over, running):
+    left_over = tmp_path / f"cache.building-{host}@{finished.pid}-x1y2z3"
+    running = tmp_path / f"cache.building-{host}@{os.getpid()}-a1b2c3"  # another build of this process
+    other_host = tmp_path / f"cache.building-{host}-9@{finished.pid}-d4e5f6"  # host "<host>-9"
+    for folder in (left_over, running, other_host):
         folder.mkdir()
         (folder / "images.npy").write_bytes(bytes(1000))
     open_cache(FolderDataset(folders, progress=False), tmp_path / "cache").close()
-    assert sorted(os.listdir(tmp_path)) == sorted(["cache", "cache.lock", running.name, "data"])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["cache", "cache.lock", running.name, other_host.name, "data"]
+    )
 
 
 def test_a_cache_path_where_nothing_can_be_written_names_the_folder(folders: Path, tmp_path: Path) -> None:

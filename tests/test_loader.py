@@ -327,3 +327,70 @@ def test_nothing_is_drawn_or_started_before_the_first_batch_is_asked_for() -> No
     expected = IndexSampler(12, shuffle=True, seed=5)
     expected.set_epoch(1)
     assert first["index"].tolist() == [int(key) for key in expected][:4]
+
+
+class Halt(BaseException):
+    """A BaseException that is not an Exception (as SystemExit or KeyboardInterrupt are)."""
+
+
+class FailingAt(Dataset[dict[str, Any]]):
+    """Samples ``0..size-1``; the keys in ``failing`` raise ``error``."""
+
+    def __init__(self, size: int, failing: set[int], error: type[BaseException] = SampleError) -> None:
+        self.size, self.failing, self.error = size, failing, error
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int) -> dict[str, Any]:
+        if int(key) in self.failing:
+            raise self.error(int(key), "x.jpg", "DecodeError") if self.error is SampleError else self.error()
+        return {"x": int(key)}
+
+
+def read_through_errors(loader: Loader) -> tuple[list[list[int]], int]:
+    batches, errors = [], 0
+    iterator = iter(loader)
+    while True:
+        try:
+            batches.append(next(iterator)["x"].tolist())
+        except StopIteration:
+            return batches, errors
+        except (SampleError, Halt):
+            errors += 1
+
+
+@pytest.mark.parametrize(("threads", "prefetch", "failing"), [(1, 0, {4}), (2, 2, {0, 2, 4, 6})])
+def test_failed_batches_filling_every_slot_in_flight_do_not_end_the_epoch(
+    threads: int, prefetch: int, failing: set[int]
+) -> None:
+    loader = Loader(FailingAt(12, failing), batch_size=2, num_threads=threads, prefetch=prefetch)
+    batches, errors = read_through_errors(loader)
+    assert errors == len(failing)
+    assert batches == [[i, i + 1] for i in range(0, 12, 2) if i not in failing]
+    resumed = Loader(FailingAt(12, set()), batch_size=2)
+    resumed.load_state_dict(loader.state_dict())  # the end of the epoch: the whole next one
+    assert [i for b in resumed for i in b["x"].tolist()] == list(range(12))
+
+
+def test_a_base_exception_from_a_sample_is_raised_once_then_the_epoch_goes_on() -> None:
+    loader = Loader(FailingAt(8, {2}, Halt), batch_size=2, num_threads=2)
+    batches, errors = read_through_errors(loader)
+    assert errors == 1 and batches == [[0, 1], [4, 5], [6, 7]]
+
+
+def test_a_sampler_error_while_drawing_ahead_comes_after_the_batch_already_loaded() -> None:
+    class BrokenAfter(torch.utils.data.Sampler[int]):
+        def __len__(self) -> int:
+            return 8
+
+        def __iter__(self) -> Any:
+            yield from range(4)
+            raise OSError("index file unreadable")
+
+    loader = Loader(FailingAt(8, set()), batch_size=2, sampler=BrokenAfter(), num_threads=1, prefetch=0)
+    iterator = iter(loader)
+    assert [next(iterator)["x"].tolist(), next(iterator)["x"].tolist()] == [[0, 1], [2, 3]]
+    with pytest.raises(OSError, match="index file unreadable"):
+        next(iterator)
+    assert wait_for_no_loader_threads() == 0

@@ -72,14 +72,15 @@ def cache_lock(target: str, *, exclusive: bool) -> Iterator[None]:
 def new_staging_folder(target: str) -> str:
     """A fresh temporary folder beside ``target`` (same file system, so the rename is atomic).
 
-    Its name carries this host and process (``<cache>.building-<host>-<pid>-*``): folders that builds
-    on this host left behind when they were killed before they finished (up to a whole cache's
-    size each) are removed first, once their process is gone.
+    Its name carries this host and process (``<cache>.building-<host>@<pid>-*``; a host name has
+    no ``@``): folders that builds on this host left behind when they were killed before they
+    finished (up to a whole cache's size each) are removed first, once their process is gone.
     """
     parent = os.path.dirname(target) or "."
-    own = f"{os.path.basename(target)}{STAGING_INFIX}{socket.gethostname()}-"
+    own = f"{os.path.basename(target)}{STAGING_INFIX}{socket.gethostname()}@"
     for name in os.listdir(parent):
-        if name.startswith(own) and not _running(name[len(own) :].split("-", 1)[0]):
+        pid = name[len(own) :].split("-", 1)[0]
+        if name.startswith(own) and pid.isdigit() and not _running(pid):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     try:
         return tempfile.mkdtemp(prefix=f"{own}{os.getpid()}-", dir=parent)

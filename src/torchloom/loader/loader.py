@@ -85,7 +85,10 @@ class Loader(Resumable):
     Resume: :meth:`state_dict` is the position after the last batch delivered (not the batches
     being built ahead); :meth:`load_state_dict` makes the next iteration deliver exactly the rest.
     ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.state` (either order; a finished
-    epoch resumes into the next).
+    epoch resumes into the next) with torchloom's samplers and with plain ones (fast-forwarded in
+    their epoch); a sampler with a state of its own from elsewhere (torchdata's) resumes as that
+    state says. A new iteration after one stopped early (``break``) starts the epoch over, as a
+    DataLoader's does; the state taken after the stop is the stopped position, to resume from.
 
     Example:
         >>> import torch
@@ -317,6 +320,7 @@ class _Iteration:
         self._started = False
         self._done = False
         self._stopped: str | None = None  # why a newer iteration or a load stopped this one
+        self._sampler_error: Exception | None = None
         self._loader = loader
         self._stateful = callable(getattr(loader.sampler, "state_dict", None))
         self._depth = loader.num_threads + loader.prefetch
@@ -356,25 +360,34 @@ class _Iteration:
             )
         if self._done:
             raise StopIteration
+        if self._sampler_error is not None:  # the sampler failed while drawing ahead
+            error, self._sampler_error = self._sampler_error, None
+            self.stop(None)
+            raise error
         if not self._started:
             self._start()
         elif self._executor is None:  # paused by an error in an earlier batch: go on
             self._start_threads()
+            self._fill()  # in place of the failed batch
         if not self._pending:
             self.stop(None)
             raise StopIteration
         future, snapshot, keys = self._pending.popleft()
         try:
             batch = future.result()
-        except Exception:
-            self._pause()
-            self._deliver(snapshot)  # the failed batch is behind: a resume goes on after it
+        except BaseException:
+            if not future.done():  # interrupted while waiting (Ctrl-C): the batch is still due
+                self._pending.appendleft((future, snapshot, keys))
+                raise
+            self._pause()  # the batch failed
+            self._deliver(snapshot)  # it is behind: a resume goes on after it
             raise
-        except BaseException:  # interrupted while waiting: the batch is still due
-            self._pending.appendleft((future, snapshot, keys))
-            raise
-        # Draw ahead before delivering, so that the last batch of the epoch is known as such.
-        self._fill()
+        # Draw ahead before delivering, so that the last batch of the epoch is known as such. A
+        # sampler error here is raised by the next call: this batch is delivered first.
+        try:
+            self._fill()
+        except Exception as error:
+            self._sampler_error = error
         self._deliver(snapshot)
         return batch
 
@@ -412,13 +425,13 @@ class _Iteration:
             for future, snapshot, keys in self._pending
         )
 
-    def _pause(self) -> None:
+    def _pause(self, *, wait: bool = True) -> None:
         """Cancel the fetches not yet started and join the threads (finished ones are kept)."""
         executor, self._executor = self._executor, None
         for future, _, _ in self._pending:
             future.cancel()
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=wait, cancel_futures=True)
 
     def _snapshot(self, sampler_state: dict[str, Any]) -> dict[str, Any]:
         return {KEY_SAMPLER: sampler_state, KEY_BATCHES: self._delivered, KEY_EPOCH: self._epoch}
@@ -432,14 +445,16 @@ class _Iteration:
         epoch = None if self._epoch is None else self._epoch + 1
         return {KEY_SAMPLER: {}, KEY_BATCHES: 0, KEY_EPOCH: epoch}
 
-    def stop(self, reason: str | None) -> None:
-        """End the iteration: cancel pending batches, join the threads; with a ``reason`` (a newer
-        iteration, a load), a later ``next`` raises instead of ending quietly."""
+    def stop(self, reason: str | None, *, wait: bool = True) -> None:
+        """End the iteration: cancel pending batches, join the threads (``wait``); with a
+        ``reason`` (a newer iteration, a load), a later ``next`` raises instead of ending quietly."""
         if reason is not None and not self._done:
             self._stopped = reason
         self._done = True
-        self._pause()
+        self._pause(wait=wait)
         self._pending.clear()
 
     def __del__(self) -> None:
-        self.stop(None)
+        # Not joined: a garbage collection may run this on one of the pool's own threads, or at
+        # interpreter exit; the threads end after the batch each one is building.
+        self.stop(None, wait=False)
