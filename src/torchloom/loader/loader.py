@@ -376,8 +376,8 @@ class _Iteration:
         try:
             batch = future.result()
         except BaseException:
-            if not future.done():  # interrupted while waiting (Ctrl-C): the batch is still due
-                self._pending.appendleft((future, snapshot, keys))
+            if not (future.done() and not future.cancelled() and future.exception() is not None):
+                self._pending.appendleft((future, snapshot, keys))  # interrupted while waiting (Ctrl-C)
                 raise
             self._pause()  # the batch failed
             self._deliver(snapshot)  # it is behind: a resume goes on after it
