@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn import functional
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import Dataset, default_collate
 
-from benchmarks.common import Measurement, epoch_rate, interleave
+from benchmarks.common import Measurement, epoch_rate, interleave, shuffled_loader
 from benchmarks.pipeline import paired_ratio
 from torchloom import Collate, PadImages, collate
 
@@ -150,15 +150,7 @@ def run_collate_workers(
     :class:`OwnSamples`: the median ratio of interleaved epochs, and each one's images/s."""
     dataset = OwnSamples(samples)
     loaders = {
-        name: DataLoader(
-            dataset,
-            batch_size=BATCH,
-            shuffle=True,
-            num_workers=WORKERS,
-            collate_fn=collate_fn,
-            persistent_workers=True,
-            prefetch_factor=4,
-        )
+        name: shuffled_loader(dataset, num_workers=WORKERS, collate_fn=collate_fn, batch_size=BATCH)
         for name, collate_fn in (("Collate()", Collate()), ("default_collate", default_collate))
     }
     for loader in loaders.values():

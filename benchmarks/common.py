@@ -35,6 +35,25 @@ def count_items(batch: Any) -> int:
     return len(batch[0])
 
 
+def shuffled_loader(
+    dataset: Dataset[Any],
+    *,
+    num_workers: int,
+    collate_fn: Callable[[list[Any]], Any] | None,
+    batch_size: int = 64,
+) -> DataLoader[Any]:
+    """The benchmarks' DataLoader: shuffled; with workers, persistent and prefetching 4 batches each."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        persistent_workers=num_workers > 0,
+        prefetch_factor=4 if num_workers > 0 else None,
+    )
+
+
 def loader_rate(
     dataset: Dataset[Any],
     *,
@@ -44,15 +63,7 @@ def loader_rate(
     epochs: int = 2,
 ) -> list[float]:
     """Images/s of full epochs; with workers, after a warm-up epoch (start-up excluded)."""
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=True,
-        num_workers=num_workers,
-        collate_fn=collate_fn,
-        persistent_workers=num_workers > 0,
-        prefetch_factor=4 if num_workers > 0 else None,
-    )
+    loader = shuffled_loader(dataset, num_workers=num_workers, collate_fn=collate_fn, batch_size=batch_size)
     rates = []
     warm_up = 1 if num_workers > 0 else 0
     for epoch in range(epochs + warm_up):

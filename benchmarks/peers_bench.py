@@ -39,9 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader
 
-from benchmarks.common import Measurement, epoch_rate, interleave
+from benchmarks.common import Measurement, epoch_rate, interleave, shuffled_loader
 from benchmarks.peers import PEER_MODULES, draw_box
 from benchmarks.pipeline import CROP, paired_ratio, ratio_range
 from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, Loader, RandomResizedCrop, collate
@@ -178,15 +177,7 @@ def torchloom_runs(dataset: Any, names: tuple[str, str]) -> dict[str, Callable[[
     """One epoch of ``dataset`` through a 2-thread Loader and through 2 DataLoader workers, each
     built once and warmed up by one epoch."""
     threads = Loader(dataset, batch_size=BATCH, shuffle=True, num_threads=WORKERS, prefetch=2)
-    workers = DataLoader(
-        dataset,
-        batch_size=BATCH,
-        shuffle=True,
-        num_workers=WORKERS,
-        collate_fn=collate,
-        persistent_workers=True,
-        prefetch_factor=4,
-    )
+    workers = shuffled_loader(dataset, num_workers=WORKERS, collate_fn=collate, batch_size=BATCH)
     epochs = iter(range(1, 1_000_000))
 
     def thread_epoch() -> list[float]:

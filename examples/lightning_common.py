@@ -1,4 +1,5 @@
-"""What the Lightning examples share: a model that records, per rank, the samples it trained on."""
+"""What the Lightning examples share: a 2-process DDP Trainer on the CPU, and a model that records,
+per rank, the samples it trained on."""
 
 from __future__ import annotations
 
@@ -27,3 +28,18 @@ class RecordingModel(pl.LightningModule):
     def on_train_end(self) -> None:
         sampler = self.trainer.datamodule.sampler  # type: ignore[attr-defined]
         self.record.write(self.folder, self.global_rank, self.trainer.world_size, padded=sampler.padded)
+
+
+def ddp_trainer(**options: Any) -> pl.Trainer:
+    """A Trainer with 2 CPU processes (DDP, gloo) and nothing but training: no logger, checkpoint
+    callback, progress bar or summary; ``options`` (limits, callbacks) are added."""
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **options,
+    )

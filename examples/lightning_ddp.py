@@ -16,7 +16,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys, output_folder
-from lightning_common import RecordingModel
+from lightning_common import RecordingModel, ddp_trainer
 from torch.utils.data import DataLoader
 
 from torchloom import BalancedSampler
@@ -33,16 +33,7 @@ class Data(pl.LightningDataModule):
 
 def main() -> None:
     folder = output_folder(sys.argv)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp",
-        max_epochs=EPOCHS,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = ddp_trainer(max_epochs=EPOCHS)
     trainer.fit(RecordingModel(folder), datamodule=Data())
 
 

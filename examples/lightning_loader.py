@@ -21,7 +21,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from distributed_common import BATCH_SIZE, EPOCHS, LABELS, Keys
-from lightning_common import RecordingModel
+from lightning_common import RecordingModel, ddp_trainer
 
 from torchloom import BalancedSampler, Loader
 
@@ -61,17 +61,7 @@ def main() -> None:
     limits, resume_from, save_as = PHASES[phase]
     steps = limits.get("max_steps")
     callbacks = [SaveAfterSteps(os.path.join(out, save_as), steps)] if save_as and steps else []
-    trainer = pl.Trainer(
-        callbacks=callbacks,
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        **limits,
-    )
+    trainer = ddp_trainer(callbacks=callbacks, **limits)
     ckpt_path = os.path.join(out, resume_from) if resume_from else None
     trainer.fit(RecordingModel(os.path.join(out, phase)), datamodule=Data(), ckpt_path=ckpt_path)
     if save_as and "max_epochs" in limits:

@@ -56,10 +56,7 @@ def cache_lock(target: str, *, exclusive: bool) -> Iterator[None]:
         descriptor = os.open(target + LOCK_SUFFIX, flags, 0o666)
     except OSError as exc:
         if exclusive or exc.errno not in _NO_LOCK_FILE:
-            raise CacheError(
-                f"cannot write in {parent!r} to build the cache there ({exc.strerror or exc}); pass a "
-                "cache path on a disk you can write to"
-            ) from exc
+            raise _unwritable(parent, exc) from exc
         yield  # a cache on a read-only file system cannot be rebuilt under the reader either
         return
     try:
@@ -85,10 +82,14 @@ def new_staging_folder(target: str) -> str:
     try:
         return tempfile.mkdtemp(prefix=f"{own}{os.getpid()}-", dir=parent)
     except OSError as exc:
-        raise CacheError(
-            f"cannot write in {parent!r} to build the cache there ({exc.strerror or exc}); pass a "
-            "cache path on a disk you can write to"
-        ) from exc
+        raise _unwritable(parent, exc) from exc
+
+
+def _unwritable(parent: str, exc: OSError) -> CacheError:
+    return CacheError(
+        f"cannot write in {parent!r} to build the cache there ({exc.strerror or exc}); pass a cache "
+        "path on a disk you can write to"
+    )
 
 
 def _running(pid: str) -> bool:

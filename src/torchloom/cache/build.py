@@ -74,11 +74,7 @@ def build_cache(
             shapes[i] = result
 
     _run_parallel(range(count), probe, workers, progress, "reading image headers")
-    if len(failures) == count:
-        first = failures[min(failures)]
-        raise EmptyDatasetError(
-            f"no sample of {name} could be read, nothing to cache (e.g. {first.path!r}: {first.reason})"
-        )
+    _check_some_usable(failures, count, name, "read")
     writer = ImageWriter(folder, shapes)
 
     def decode(i: int) -> None:
@@ -92,11 +88,7 @@ def build_cache(
     todo = [i for i in range(count) if i not in failures]
     _run_parallel(todo, decode, workers, progress, f"decoding into {os.path.basename(folder)}")
     files = writer.close()
-    if len(failures) == count:
-        first = failures[min(failures)]
-        raise EmptyDatasetError(
-            f"no sample of {name} could be decoded, nothing to cache (e.g. {first.path!r}: {first.reason})"
-        )
+    _check_some_usable(failures, count, name, "decoded")
     inputs.save(os.path.join(folder, INPUTS_FILE))
     fsync_path(os.path.join(folder, INPUTS_FILE))
     files.append(INPUTS_FILE)
@@ -115,6 +107,15 @@ def build_cache(
     }
     write_meta(folder, meta)
     return meta
+
+
+def _check_some_usable(failures: dict[int, Skipped], count: int, name: str, done: str) -> None:
+    """Refuse to cache a dataset none of whose ``count`` samples could be ``done`` (read, decoded)."""
+    if len(failures) == count:
+        first = failures[min(failures)]
+        raise EmptyDatasetError(
+            f"no sample of {name} could be {done}, nothing to cache (e.g. {first.path!r}: {first.reason})"
+        )
 
 
 def _record(skipped: Skipped) -> dict[str, Any]:

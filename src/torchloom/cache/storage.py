@@ -138,25 +138,21 @@ def _meta_checksum(body: dict[str, Any]) -> int:
     return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii"))
 
 
-def check_free_space(folder: str, needed: int) -> None:
-    """Refuse, with both sizes, to lay out ``needed`` bytes of images in ``folder`` when its disk
-    has less free space."""
-    free = shutil.disk_usage(folder).free
-    if needed > free:
-        raise CacheSpaceError(
-            f"building a cache in {os.path.dirname(folder)!r} needs {format_bytes(needed)} for its "
-            f"images, but only {format_bytes(free)} is free there; free some space, pass a path on "
-            "another disk, or a smaller max_side"
-        )
-
-
 def reserve(path: str) -> None:
-    """Allocate the disk blocks of the (sparse) file ``path`` now: a disk that fills up during the
-    build is then a :class:`CacheSpaceError` here, not a SIGBUS that kills the process when a page
-    of its memory map is first written."""
+    """Allocate the disk blocks of the (sparse) file ``path`` now: a disk without room for it is a
+    :class:`CacheSpaceError` naming both sizes, and one that fills up meanwhile is one too, not a
+    SIGBUS that kills the process when a page of its memory map is first written."""
+    folder = os.path.dirname(path)
     descriptor = os.open(path, os.O_RDWR)
     try:
-        os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
+        needed, free = os.fstat(descriptor).st_size, shutil.disk_usage(folder).free
+        if needed > free:  # a sparse file takes no blocks yet: the whole size must be free
+            raise CacheSpaceError(
+                f"building a cache in {os.path.dirname(folder)!r} needs {format_bytes(needed)} for its "
+                f"images, but only {format_bytes(free)} is free there; free some space, pass a path on "
+                "another disk, or a smaller max_side"
+            )
+        os.posix_fallocate(descriptor, 0, needed)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise CacheSpaceError(
@@ -187,7 +183,6 @@ class ImageWriter:
         self._blob: np.ndarray | None = None
         if self.shape is not None:
             images_path = os.path.join(folder, FIXED_FILE)
-            check_free_space(folder, len(shapes) * int(np.prod(self.shape)))
             self._images = np.lib.format.open_memmap(
                 images_path, mode="w+", dtype=np.uint8, shape=(len(shapes), *self.shape)
             )
@@ -201,7 +196,6 @@ class ImageWriter:
         total = int(self._offsets[-1])
         blob_path = os.path.join(folder, BLOB_FILE)
         if total:
-            check_free_space(folder, total)
             self._blob = np.memmap(blob_path, dtype=np.uint8, mode="w+", shape=(total,))
             reserve(blob_path)
         else:

@@ -246,9 +246,10 @@ def probe_file(
             raise  # the whole file was read: the header is bad
         head = read_bytes(path, inside=inside, limit=MAX_HEADER_BYTES)
         header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
-    if orient and header.format == "PNG" and len(head) >= HEADER_PROBE_BYTES:
+    if orient and header.format == "PNG" and header.orientation == 1 and len(head) >= HEADER_PROBE_BYTES:
         # Pillow finds an eXIf chunk after the pixel data only by decoding them, which a prefix
-        # cannot: walk the file's chunks for it, as decoding the whole file would find it.
+        # cannot: walk the file's chunks for it, as decoding the whole file would find it (one
+        # Pillow already found in the prefix is the file's only one).
         with os.fdopen(open_regular(path), "rb") as handle:
             orientation = png_orientation(handle)
         if orientation != header.orientation:
