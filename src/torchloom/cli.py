@@ -146,7 +146,12 @@ def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, worker
 
 
 def is_within(path: str, folder: str) -> bool:
-    """``path`` is ``folder`` or lies inside it (symbolic links resolved)."""
+    """``path`` is ``folder`` or lies inside it (symbolic links resolved).
+
+    Example:
+        >>> is_within("/data/train/cache", "/data/train"), is_within("/data/trainer", "/data/train")
+        (True, False)
+    """
     resolved, root = os.path.realpath(path), os.path.realpath(folder)
     return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
 

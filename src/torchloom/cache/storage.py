@@ -141,7 +141,17 @@ def _meta_checksum(body: dict[str, Any]) -> int:
 def reserve(path: str) -> None:
     """Allocate the disk blocks of the (sparse) file ``path`` now: a disk without room for it is a
     :class:`CacheSpaceError` naming both sizes, and one that fills up meanwhile is one too, not a
-    SIGBUS that kills the process when a page of its memory map is first written."""
+    SIGBUS that kills the process when a page of its memory map is first written.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "images.bin")
+        >>> with open(path, "wb") as handle:
+        ...     _ = handle.truncate(1 << 20)  # sparse: no blocks yet
+        >>> reserve(path)
+        >>> os.stat(path).st_blocks * 512 >= 1 << 20
+        True
+    """
     folder = os.path.dirname(path)
     descriptor = os.open(path, os.O_RDWR)
     try:
