@@ -27,12 +27,12 @@ import numpy as np
 import simplejpeg
 
 from benchmarks.common import markdown_table
-from torchloom.diagnose.doctor import diagnose
-from torchloom.diagnose.duplicates import NEAR_MAX_DISTANCE, hash_pairs
-from torchloom.diagnose.examine import examine_files
-from torchloom.diagnose.layout import find_layout
-from torchloom.diagnose.perceptual import hamming
-from torchloom.synthetic import write_class_folders
+from torchloom.testing import write_class_folders
+from torchloom.tools.doctor import diagnose
+from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE, hash_pairs
+from torchloom.tools.doctor.examine import examine_files
+from torchloom.tools.doctor.layout import find_layout
+from torchloom.tools.doctor.perceptual import hamming
 
 BARE_GOAL = 0.8
 CLEANVISION_GOAL = 10.0

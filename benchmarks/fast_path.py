@@ -11,7 +11,7 @@ from typing import Any
 from benchmarks.cache_bench import CacheResult, run_cache, shared_memory_pss
 from benchmarks.loader_bench import run_loader
 from benchmarks.tune_bench import SLICE_S, run_tune
-from torchloom.synthetic import write_class_folders
+from torchloom.testing import write_class_folders
 
 LOADER_GOAL = 0.85
 CACHE_GOALS = {"256": 10.0, "1080p": 5.0}

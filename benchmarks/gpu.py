@@ -37,7 +37,7 @@ from torchloom import (
     RandomResizedCrop,
     collate,
 )
-from torchloom.synthetic import write_class_folders
+from torchloom.testing import write_class_folders
 
 BATCH = 256
 MEAN = (0.485, 0.456, 0.406)

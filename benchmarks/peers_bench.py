@@ -44,7 +44,7 @@ from benchmarks.common import Measurement, epoch_rate, interleave, shuffled_load
 from benchmarks.peers import PEER_MODULES, draw_box
 from benchmarks.pipeline import CROP, paired_ratio, ratio_range
 from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, Loader, RandomResizedCrop, collate
-from torchloom.synthetic import write_class_folders
+from torchloom.testing import write_class_folders
 
 GOAL = 2.0
 BATCH = 64

@@ -38,7 +38,7 @@ from benchmarks.sampler_bench import INDICES, run_samplers
 from benchmarks.timesync_bench import ONLINE_ROUNDS, ONLINE_TICKS, TICKS, run_timesync
 from benchmarks.timesync_bench import ROUNDS as SYNC_ROUNDS
 from benchmarks.video_bench import video_section
-from torchloom.synthetic import write_class_folders
+from torchloom.testing import write_class_folders
 
 GOALS = {
     "256": ("vs naive", 3.0),

@@ -30,8 +30,8 @@ from torchloom import (
     collate,
     tune,
 )
-from torchloom.demo import IMAGE_FEATURES, tiny_image_trunk
 from torchloom.loader.autotune import Trial, _build, _rate
+from torchloom.tools.demo.run import IMAGE_FEATURES, tiny_image_trunk
 
 SLICE_S = 3.0
 BATCH = 64

@@ -24,7 +24,7 @@ import simplejpeg
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.synthetic import synthetic_image
+from torchloom.testing import synthetic_image
 
 CATEGORIES = ("bolt", "nut", "washer")
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import simplejpeg
 
-from torchloom.synthetic import PlantedFaults, synthetic_image, write_class_folders
+from torchloom.testing import PlantedFaults, synthetic_image, write_class_folders
 
 
 def write_jpeg(path: str | os.PathLike[str], height: int = 48, width: int = 64, seed: int = 0) -> bytes:

@@ -33,9 +33,9 @@ from torchloom import (
     WeightedSampler,
     collate,
 )
+from torchloom.datasets.index import check_image_file
 from torchloom.errors import DecodeError, ManifestError, TransformError, UnsafeFileError
 from torchloom.faults import Skipped, SkippedSampleError
-from torchloom.index import check_image_file
 from torchloom.io.image import MAX_HEADER_BYTES
 
 WORKERS = [0, 2]
@@ -83,7 +83,7 @@ def test_header_validation_of_a_huge_non_image_reads_a_bounded_prefix(tmp_path: 
         handle.write(b"\xff\xd8\xff\xe0" + b"\0" * 100)
         handle.truncate(1 << 30)
     code = (
-        "import resource, sys; from torchloom.index import check_image_file; "
+        "import resource, sys; from torchloom.datasets.index import check_image_file; "
         f"reason = check_image_file({str(huge)!r}, 'header'); "
         "print(reason is not None, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
     )
@@ -91,7 +91,7 @@ def test_header_validation_of_a_huge_non_image_reads_a_bounded_prefix(tmp_path: 
         [
             sys.executable,
             "-c",
-            "import resource, torchloom.index; "
+            "import resource, torchloom.datasets.index; "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)",
         ],
         capture_output=True,

@@ -17,9 +17,6 @@ from torch.utils.data import DataLoader
 
 from torchloom.datasets.hyperspectral import HyperspectralDataset
 from torchloom.datasets.video import VideoClipDataset
-from torchloom.diagnose import show
-from torchloom.diagnose.materialize import MAX_NAME_BYTES, check_folder_name, target_names
-from torchloom.diagnose.transform_spec import parse_transform_spec
 from torchloom.errors import (
     ConfigError,
     DecodeError,
@@ -31,6 +28,9 @@ from torchloom.errors import (
 from torchloom.io.envi import open_envi, write_envi
 from torchloom.io.envi_header import HeaderError, parse_header
 from torchloom.io.volume import probe_volume, read_volume
+from torchloom.tools.prepare.materialize import MAX_NAME_BYTES, check_folder_name, target_names
+from torchloom.tools.show import command as show
+from torchloom.tools.show.transform_spec import parse_transform_spec
 
 h5py = pytest.importorskip("h5py")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import torchloom
-from torchloom.cli import main
-from torchloom.demo import run_demo
+from torchloom.tools.cli import main
+from torchloom.tools.demo.run import run_demo
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

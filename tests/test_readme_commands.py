@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from torchloom.demo_data import write_demo_data
+from torchloom.tools.demo.data import write_demo_data
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = "<!-- the tests run every `torchloom` line of the next block"

@@ -12,27 +12,16 @@ import numpy as np
 import pytest
 
 from resume import Setup, Subject, check_every_seam
-from test_samplers import SAMPLERS, KeyEcho
-from test_streaming import write_shards
+from subjects import SAMPLERS, sampler_subject, write_shards
 from torchloom import StreamDataset, SyncedRecordings
+from torchloom.resume.state import StateMismatchError
 from torchloom.samplers import KeySampler
-from torchloom.state import StateMismatchError
 
 SETUPS = {
     "w0": Setup(num_workers=0, persistent=False),
     "w2": Setup(num_workers=2, persistent=False),
     "w2-persistent": Setup(num_workers=2, persistent=True),
 }
-
-
-def sampler_subject(name: str) -> Subject:
-    def parts(sampler: KeySampler) -> tuple[Any, Any]:
-        return KeyEcho(10_000), sampler
-
-    def ids(batch: dict[str, Any]) -> list[tuple[int, int]]:
-        return list(zip(batch["index"].tolist(), batch["epoch"].tolist(), strict=True))
-
-    return Subject(name, SAMPLERS[name], parts, ids, finished_epoch_advances=True, main_state_saved=True)
 
 
 def stream_subject(folder: Path, shuffle_buffer: int) -> Subject:

@@ -33,7 +33,7 @@ from torchloom.datasets import (
     WindowDataset,
     spatial_block_split,
 )
-from torchloom.diagnose.doctor import DoctorReport, diagnose
+from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.errors import (
     DecodeError,
     EmptyDatasetError,
@@ -53,7 +53,6 @@ from torchloom.fusion import (
     TimestampError,
     TimeSync,
 )
-from torchloom.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.io import (
     EnviCube,
     Hdf5Cube,
@@ -65,6 +64,7 @@ from torchloom.io import (
     read_volume,
 )
 from torchloom.loader import Loader, LoaderProfiler, ProfileReport, TuneResult, tune
+from torchloom.resume.state import StateMismatchError
 from torchloom.samplers import (
     BalancedSampler,
     BatchKeySampler,
@@ -74,8 +74,8 @@ from torchloom.samplers import (
     WindowSampler,
 )
 from torchloom.seeding import SampleKey, sample_rng
-from torchloom.state import StateMismatchError
 from torchloom.streaming import StreamDataset
+from torchloom.tools.doctor import DoctorReport, diagnose
 from torchloom.transforms import (
     PCA,
     CenterCrop,

@@ -1,6 +1,6 @@
 """``python -m torchloom``: the same command line as the ``torchloom`` script."""
 
-from torchloom.cli import main
+from torchloom.tools.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
-from torchloom.buffers import BatchSlots
+from torchloom._buffers.slots import BatchSlots
 from torchloom.cache.atomic import cache_lock, new_staging_folder, replace_folder
 from torchloom.cache.build import build_cache
 from torchloom.cache.errors import CacheError, CorruptCacheError
@@ -119,7 +119,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
     Example:
         >>> import os, tempfile
         >>> from torchloom import FolderDataset
-        >>> from torchloom.synthetic import write_class_folders
+        >>> from torchloom.testing import write_class_folders
         >>> root = tempfile.mkdtemp()
         >>> _ = write_class_folders(os.path.join(root, "data"), [2, 1], size=(64, 96), progress=False)
         >>> dataset = FolderDataset(os.path.join(root, "data"), progress=False)

@@ -6,7 +6,7 @@ bare hash mismatch. Reading them costs one ``os.stat`` per file, run in threads.
 
 Example:
     >>> import os, tempfile
-    >>> from torchloom.index import StringColumn
+    >>> from torchloom.datasets.index import StringColumn
     >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg")
     >>> _ = open(path, "wb").write(b"1234")
     >>> before = InputStats.of(StringColumn.from_strings([path]), workers=1)
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.index import StringColumn
+from torchloom.datasets.index import StringColumn
 
 #: Version of the cache's on-disk format; a cache of an older version is rebuilt.
 FORMAT_VERSION = 1

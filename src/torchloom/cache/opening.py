@@ -8,7 +8,7 @@ blocks, or every byte with ``full=True``). It returns the opened cache, or the f
 Example:
     >>> import tempfile
     >>> from torchloom.cache.fingerprint import InputStats
-    >>> from torchloom.index import StringColumn
+    >>> from torchloom.datasets.index import StringColumn
     >>> empty = InputStats.of(StringColumn.from_strings([]))
     >>> inspect_cache(tempfile.mkdtemp(), {}, empty, root=None, full=False).kind
     'missing'

@@ -3,7 +3,7 @@
 Equal-shape tensors and arrays are stacked (into shared memory inside a DataLoader worker, so
 the batch crosses to the main process without another copy; a worker's reused batch buffer is
 shipped so that the worker may write it again once the main process lets go of it, see
-:mod:`torchloom.worker_batches`); numbers become tensors; strings stay lists; dicts, tuples and
+:mod:`torchloom._buffers.worker`); numbers become tensors; strings stay lists; dicts, tuples and
 lists recurse. :class:`torchloom.faults.Skipped` markers are removed and listed under
 ``batch["skipped"]`` for :class:`torchloom.FaultReport`. Tensors it has to stack (a dataset of
 your own) go into a new buffer per batch; ``torchloom.Collate()`` stacks them into buffers it
@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from torchloom.buffers import Allocate, consecutive_block, empty_batch, handed_out
+from torchloom._buffers.slots import Allocate, consecutive_block, empty_batch, handed_out
+from torchloom._buffers.worker import ship
 from torchloom.errors import TorchloomError
 from torchloom.faults import SKIPPED_KEY, Skipped
-from torchloom.worker_batches import ship
 
 
 class CollateError(TorchloomError, ValueError):
@@ -66,7 +66,7 @@ def collate_values(values: Sequence[Any], field: str, allocate: Allocate | None 
     Ints mixed with floats become floats; any other mix of kinds (a bool among ints, a tensor
     beside ``None``) is a :class:`CollateError` naming the field. Strings (and ``None`` among
     them) stay a list. ``allocate``: where stacked tensors of this field (not of fields nested in
-    it) are written (e.g. :class:`torchloom.worker_batches.WorkerBatchPool.take`).
+    it) are written (e.g. :class:`torchloom._buffers.worker.WorkerBatchPool.take`).
     """
     types = {type(value) for value in values}
     kinds = {_kind(values[0])} if len(types) == 1 else {_kind(value) for value in values}
@@ -152,7 +152,7 @@ def stack_tensors(
     """Stack equal-shape tensors; in a worker the result lives in shared memory.
 
     Tensors that already are consecutive slots of one batch buffer (see
-    :class:`torchloom.buffers.BatchSlots`) are returned as that buffer, uncopied. Others are
+    :class:`torchloom._buffers.slots.BatchSlots`) are returned as that buffer, uncopied. Others are
     copied, in a worker into ``allocate(shape, dtype)`` when given (a pool's reused buffer), else
     into a new one.
     """

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 from torch.nn import functional
 
-from torchloom.buffers import empty_batch
+from torchloom._buffers.slots import empty_batch
+from torchloom._buffers.worker import WorkerBatchPool, ship
 from torchloom.collate.auto import CollateError, collate_values, split_skipped
 from torchloom.errors import ConfigError, UsageError
 from torchloom.faults import SKIPPED_KEY
 from torchloom.seeding import rng_for_key
-from torchloom.worker_batches import WorkerBatchPool, ship
 
 
 class CollateRule(Protocol):
@@ -46,7 +46,7 @@ class Collate:
     Skipped samples are dropped and listed under ``"skipped"``, as with ``collate``. An output
     name a rule makes (``image_mask``) that is also a sample field is an error. In a DataLoader
     worker, fields without a rule that it stacks go into shared buffers of its own pool, written
-    again once the main process drops the batch (see :mod:`torchloom.worker_batches`): for a
+    again once the main process drops the batch (see :mod:`torchloom._buffers.worker`): for a
     dataset of your own, ``Collate()`` spares each batch the page faults of a fresh shared buffer.
 
     Example:

@@ -14,17 +14,17 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torchloom.buffers import BatchSlots
+from torchloom._buffers.pool import ScratchArrays
+from torchloom._buffers.slots import BatchSlots
+from torchloom._buffers.worker import WorkerBatchPool
+from torchloom.datasets.index import SampleIndex
 from torchloom.errors import ConfigError, SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
-from torchloom.index import SampleIndex
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, max_file_bytes, probe_image, read_bytes
-from torchloom.io.scratch import ScratchArrays
 from torchloom.seeding import SampleKey, rng_for_key, sample_rngs
 from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform, check_transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor, write_chw
-from torchloom.worker_batches import WorkerBatchPool
 
 #: Where a sample's image may be written: a batch's slots and the sample's position in it.
 Slot = tuple[BatchSlots, int]

@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from torchloom.datasets.index import StringColumn
 from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
-from torchloom.index import StringColumn
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float

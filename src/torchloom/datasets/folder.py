@@ -10,14 +10,7 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.errors import (
-    EmptyDatasetError,
-    MissingFileError,
-    ValidationFailedError,
-    check_choice,
-)
-from torchloom.faults import FaultPolicy
-from torchloom.index import (
+from torchloom.datasets.index import (
     VALIDATE_CHOICES,
     DatasetReport,
     SampleIndex,
@@ -27,6 +20,13 @@ from torchloom.index import (
     keep_valid,
     validate_files,
 )
+from torchloom.errors import (
+    EmptyDatasetError,
+    MissingFileError,
+    ValidationFailedError,
+    check_choice,
+)
+from torchloom.faults import FaultPolicy
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 from torchloom.transforms.base import Transform
 

@@ -25,10 +25,10 @@ from typing import Any, Literal
 import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
+from torchloom.datasets.index import SampleIndex, StringColumn
 from torchloom.datasets.spatial_split import touches_other_split
 from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError, check_choice
 from torchloom.faults import FaultPolicy
-from torchloom.index import SampleIndex, StringColumn
 from torchloom.io.cube import CubeSource
 from torchloom.io.envi import open_envi
 from torchloom.io.hdf5 import Hdf5Cube, Layout, read_hdf5_array

@@ -12,9 +12,7 @@ import torch
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Key, Label, Text
-from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError, check_choice
-from torchloom.faults import FaultPolicy
-from torchloom.index import (
+from torchloom.datasets.index import (
     VALIDATE_CHOICES,
     DatasetReport,
     SampleIndex,
@@ -24,6 +22,8 @@ from torchloom.index import (
     keep_valid,
     validate_files,
 )
+from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError, check_choice
+from torchloom.faults import FaultPolicy
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 from torchloom.io.table import read_table
 from torchloom.transforms.base import Transform

@@ -16,7 +16,7 @@ def open_image_dataset(data: str | os.PathLike[str], **options: Any) -> IndexedD
 
     Example:
         >>> import tempfile
-        >>> from torchloom.synthetic import write_class_folders
+        >>> from torchloom.testing import write_class_folders
         >>> root = tempfile.mkdtemp()
         >>> _ = write_class_folders(root, [2, 1], size=(16, 16), progress=False)
         >>> type(open_image_dataset(root, progress=False)).__name__

@@ -30,10 +30,17 @@ import pyarrow as pa
 
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.fields import FieldContext, Image, Label
+from torchloom.datasets.index import (
+    Column,
+    DatasetReport,
+    SampleIndex,
+    StringColumn,
+    keep_valid,
+    validate_files,
+)
 from torchloom.datasets.manifest import _load_manifest
 from torchloom.errors import DataError, DecodeError, EmptyDatasetError, MissingFileError
 from torchloom.faults import FaultPolicy
-from torchloom.index import Column, DatasetReport, SampleIndex, StringColumn, keep_valid, validate_files
 from torchloom.io.table import MANIFEST_SUFFIXES
 from torchloom.transforms.base import Transform
 

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 from torch.utils.data import Dataset
 
+from torchloom.datasets.index import StringColumn
 from torchloom.errors import FieldNotFoundError, SampleIndexError
-from torchloom.index import StringColumn
 from torchloom.io.table import as_id_array, read_table
 
 

@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 import torch
 from torch.utils.data import Dataset
 
+from torchloom.datasets.index import StringColumn
 from torchloom.datasets.table import TableDataset
 from torchloom.errors import ConfigError, SampleIndexError, TorchloomError, UsageError, check_choice
 from torchloom.faults import Skipped
-from torchloom.index import StringColumn
 from torchloom.seeding import SampleKey
 
 Source: TypeAlias = Dataset[Any] | pa.Table | str | os.PathLike[str]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from torchloom.consumers import ConsumerStream
 from torchloom.errors import ConfigError
 from torchloom.fusion.sync import TimeSync
+from torchloom.resume.streams import ConsumerStream
 
 Recording = Callable[[], Mapping[str, Any]]
 

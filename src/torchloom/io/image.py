@@ -31,6 +31,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
+from torchloom._buffers.pool import ScratchArrays
 from torchloom.errors import DecodeError, UnsafeFileError
 from torchloom.io.orientation import (
     ORIENTATION_TAG,
@@ -40,7 +41,6 @@ from torchloom.io.orientation import (
     stored_size,
 )
 from torchloom.io.orientation import orient as orient_array
-from torchloom.io.scratch import ScratchArrays
 
 #: Pillow's own warning threshold: larger images are refused as possible decompression bombs.
 DEFAULT_MAX_PIXELS = 178_956_970

@@ -31,11 +31,12 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler
 
-from torchloom.buffers import BatchSlots, BufferPool
+from torchloom._buffers.pool import BufferPool
+from torchloom._buffers.slots import BatchSlots
 from torchloom.collate import collate
 from torchloom.errors import ConfigError, UsageError
+from torchloom.resume.state import Resumable, StateMismatchError, check_epoch
 from torchloom.samplers.index import IndexSampler
-from torchloom.state import Resumable, StateMismatchError, check_epoch
 
 KEY_SAMPLER = "sampler"
 KEY_BATCHES = "batches"
@@ -84,7 +85,7 @@ class Loader(Resumable):
 
     Resume: :meth:`state_dict` is the position after the last batch delivered (not the batches
     being built ahead); :meth:`load_state_dict` makes the next iteration deliver exactly the rest.
-    ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.state` (either order; a finished
+    ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.resume.state` (either order; a finished
     epoch resumes into the next) with torchloom's samplers and with plain ones (fast-forwarded in
     their epoch); a sampler with a state of its own from elsewhere (torchdata's) resumes as that
     state says. A new iteration after one stopped early (``break``) starts the epoch over, as a

@@ -12,7 +12,7 @@ a sampler built before the process group exists still splits. Samplers are
 second split; under Hugging Face Accelerate's ``prepare`` (which splits batches itself) they
 yield the global order.
 
-Resume state (:mod:`torchloom.state`): ``epoch``; ``start``, the global unit where this split of
+Resume state (:mod:`torchloom.resume.state`): ``epoch``; ``start``, the global unit where this split of
 the epoch began (0, or where an elastic resume re-split the rest); ``yielded``, the indices this
 rank has yielded since ``start``; ``world_size``; and the ``seed`` and ``config`` the order
 depends on. A checkpoint at the end of an epoch resumes into the whole next epoch. A checkpoint
@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DistributedSampler
 
-from torchloom.distributed import outer_batch_splitter, resolve_rank_world
 from torchloom.errors import ConfigError
+from torchloom.resume.distributed import outer_batch_splitter, resolve_rank_world
+from torchloom.resume.state import Resumable, StateMismatchError, check_epoch, check_field
 from torchloom.seeding import SampleKey, key_class
-from torchloom.state import Resumable, StateMismatchError, check_epoch, check_field
 
 # Keys made at once while iterating: bounds memory for epochs of many millions of indices.
 KEY_CHUNK = 1 << 20

@@ -10,8 +10,8 @@ from typing import Any, Literal
 import numpy as np
 
 from torchloom.errors import ConfigError
+from torchloom.resume.state import fingerprint
 from torchloom.samplers.base import KeySampler, epoch_rng
-from torchloom.state import fingerprint
 
 Stop = Literal["first_exhausted", "all_exhausted"] | int
 

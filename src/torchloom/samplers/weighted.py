@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from torchloom.errors import ConfigError
+from torchloom.resume.state import fingerprint
 from torchloom.samplers.base import KeySampler, epoch_rng
-from torchloom.state import fingerprint
 
 
 class WeightedSampler(KeySampler):

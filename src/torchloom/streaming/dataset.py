@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.consumers import ConsumerStream
-from torchloom.distributed import Consumer, assignment
 from torchloom.errors import ConfigError
-from torchloom.state import fingerprint
+from torchloom.resume.distributed import Consumer, assignment
+from torchloom.resume.state import fingerprint
+from torchloom.resume.streams import ConsumerStream
 from torchloom.streaming.readers import Reader, reader_for
 
 __all__ = ["StreamDataset", "assignment"]
@@ -27,7 +27,7 @@ class StreamDataset(ConsumerStream[Any]):
     ``(seed, epoch, rank, worker)``; call :meth:`set_epoch` before each epoch (it reaches
     persistent workers too).
 
-    Resume (``state_dict`` / ``load_state_dict``, per consumer; see :mod:`torchloom.consumers`):
+    Resume (``state_dict`` / ``load_state_dict``, per consumer; see :mod:`torchloom.resume.streams`):
     without a shuffle buffer the resumed stream starts at the saved shard (earlier shards are not
     read) and skips the records of that shard already yielded; with one, the stream is replayed
     (same shards, same seed) past the records already yielded, so the buffer is rebuilt exactly.

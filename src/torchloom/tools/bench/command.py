@@ -1,0 +1,49 @@
+"""``torchloom bench DATA``: the command line of :func:`~torchloom.tools.bench.run_bench`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from torchloom.errors import TorchloomError
+from torchloom.tools.bench.measure import run_bench
+from torchloom.tools.terminal import EXIT_PROBLEMS, positive_int
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``bench`` on the ``torchloom`` command's subparsers; its handler is ``run``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "bench", help="measure DataLoader/Loader settings on your data, pick the fastest"
+    )
+    parser.add_argument(
+        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--budget", type=float, default=30.0, help="seconds the whole search may take")
+    parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    parser.add_argument(
+        "--plot", default="torchloom-bench.png", help="PNG of samples/s against workers ('' for none)"
+    )
+    parser.set_defaults(handler=run, parser=parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torchloom bench`` with parsed arguments; returns the exit status."""
+    if not os.path.exists(args.data):
+        args.parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+    if args.budget <= 0:
+        args.parser.error(f"--budget must be positive, got {args.budget}")
+    try:
+        return run_bench(
+            args.data,
+            batch_size=args.batch_size,
+            budget_s=args.budget,
+            as_json=args.json,
+            plot=args.plot or None,
+        )
+    except TorchloomError as exc:
+        print(f"torchloom bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS

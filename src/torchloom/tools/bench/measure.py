@@ -1,0 +1,105 @@
+"""``torchloom bench DATA``: measure loader settings on a dataset, print the table, plot it.
+
+The table is rich in a terminal and plain text when piped (``--json`` for machines); the PNG plots
+samples/s against DataLoader workers (and the thread Loader's threads) with the chosen setting
+marked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from torchloom.datasets.opening import open_image_dataset
+from torchloom.loader.autotune import TuneResult, tune
+from torchloom.tools.terminal import Output
+
+
+def run_bench(data: str, *, batch_size: int, budget_s: float, as_json: bool, plot: str | None) -> int:
+    """Measure, print and plot; returns the exit status."""
+    dataset = open_image_dataset(data, on_error="skip")
+    result = tune(dataset, batch_size=batch_size, budget_s=budget_s, progress=not as_json)
+    if as_json:
+        print(json.dumps(_as_json(result), indent=2))
+    else:
+        _print_table(result)
+    if plot:
+        written = plot_trials(result, plot)
+        if not as_json:
+            print(written)
+    return 0
+
+
+def _as_json(result: TuneResult) -> dict[str, Any]:
+    return {
+        "best": result.best,
+        "elapsed_s": round(result.elapsed_s, 3),
+        "trials": [
+            {
+                "setting": trial.setting,
+                "samples_per_s": round(trial.samples_per_s, 1),
+                "startup_s": round(trial.startup_s, 3),
+                "status": trial.status,
+            }
+            for trial in result.table
+        ],
+    }
+
+
+def _print_table(result: TuneResult) -> None:
+    rows = result.rows()
+    chosen = next(trial.name for trial in result.table if trial.setting == result.best)
+    Output.for_stream().table(
+        f"loader settings measured in {result.elapsed_s:.1f} s",
+        list(rows[0]),
+        [list(row.values()) for row in rows],
+    )
+    print(f"chosen: {chosen}")
+
+
+def plot_trials(result: TuneResult, path: str) -> str:
+    """Write the samples/s-against-workers plot to ``path``; returns a line saying what was written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install 'torchloom[plot]')"
+    measured = [trial for trial in result.table if trial.status == "measured"]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for label, kind, count_key in (
+        ("DataLoader workers", "dataloader", "num_workers"),
+        ("Loader threads", "threads", "num_threads"),
+    ):
+        points = sorted(
+            (trial.setting[count_key], trial.samples_per_s)
+            for trial in measured
+            if (trial.setting.get("loader") == "threads") == (kind == "threads")
+            and trial.setting.get("prefetch_factor") in (None, 2)
+        )
+        if points:
+            axes.plot(*zip(*points, strict=True), marker="o", label=label)
+    best = next((trial for trial in measured if trial.setting == result.best), None)
+    if best is not None:
+        count = best.setting.get("num_threads", best.setting.get("num_workers", 0))
+        axes.scatter([count], [best.samples_per_s], s=160, facecolors="none", edgecolors="red", zorder=3)
+        axes.annotate(
+            f"chosen: {best.name}",
+            (count, best.samples_per_s),
+            textcoords="offset points",
+            xytext=(-10, -16),
+            ha="right",
+            fontsize=8,
+            color="red",
+        )
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("workers / threads")
+    axes.set_ylabel("samples/s")
+    axes.set_title("loader throughput")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return f"plot written to {path}"

@@ -1,0 +1,1 @@
+"""``torchloom cache``: build a decoded cache of a dataset from the command line."""

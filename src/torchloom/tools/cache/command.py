@@ -1,0 +1,83 @@
+"""``torchloom cache DATA --out DIR``: decode a dataset once into a :class:`~torchloom.DecodedCache`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from torchloom.cache import DecodedCache
+from torchloom.datasets.opening import open_image_dataset
+from torchloom.errors import TorchloomError
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, positive_int
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``cache`` on the ``torchloom`` command's subparsers; its handler is ``run``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "cache", help="decode a dataset's images once into a memory-mapped cache"
+    )
+    parser.add_argument(
+        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)"
+    )
+    parser.add_argument("--out", required=True, help="the cache folder to build (reused when up to date)")
+    parser.add_argument(
+        "--max-side", type=positive_int, default=None, help="shrink images so their longer side is at most N"
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also copy it into /dev/shm, as location='memory' does, to check it fits",
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=None, help="decoding threads (default: one per CPU)"
+    )
+    parser.set_defaults(handler=run, parser=parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torchloom cache`` with parsed arguments; returns the exit status."""
+    if not os.path.exists(args.data):
+        args.parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+    return run_cache(args.data, args.out, max_side=args.max_side, memory=args.memory, workers=args.workers)
+
+
+def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None) -> int:
+    """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
+    if os.path.isdir(data) and is_within(out, data):
+        print(
+            f"torchloom cache: --out {out!r} is inside the data folder {data!r}, where the next run "
+            "would take the cache for data (a class folder); pass a path outside it",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        dataset = open_image_dataset(data, on_error="skip", workers=workers)
+        cache = DecodedCache(
+            dataset, out, max_side=max_side, location="memory" if memory else "disk", workers=workers
+        )
+    except (TorchloomError, OSError) as exc:
+        print(f"torchloom cache: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    with cache:
+        print(f"{cache.path}: {cache.report}")
+        invalid = getattr(dataset, "report", None)
+        if invalid is not None and invalid.invalid:
+            print(f"{len(invalid.invalid)} file(s) failed validation and are not in the dataset:")
+            print("\n".join(f"  {path}: {reason}" for path, reason in invalid.invalid))
+        if memory:
+            print(f"fits in shared memory: copied {cache.nbytes:,} bytes to /dev/shm and removed them")
+    return EXIT_CLEAN
+
+
+def is_within(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies inside it (symbolic links resolved).
+
+    Example:
+        >>> is_within("/data/train/cache", "/data/train"), is_within("/data/trainer", "/data/train")
+        (True, False)
+    """
+    resolved, root = os.path.realpath(path), os.path.realpath(folder)
+    return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)

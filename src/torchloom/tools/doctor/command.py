@@ -1,0 +1,160 @@
+"""``torchloom doctor DATA``: the command line of :func:`~torchloom.tools.doctor.diagnose`.
+
+Exit status: 0 when no problem was found, 1 when one was (a bad file, a wrong extension, an exact
+duplicate, or a near duplicate across splits: see :mod:`torchloom.tools.doctor.report`), 2 on a usage
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from torchloom.errors import TorchloomError
+from torchloom.tools.doctor.diagnosis import DEFAULT_OUT, diagnose
+from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
+from torchloom.tools.doctor.perceptual import HASH_BITS
+from torchloom.tools.doctor.plots import plots_available
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output
+
+#: Rows of a terminal table before the rest is summarised (the report keeps them all).
+TABLE_ROWS = 20
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``doctor`` on the ``torchloom`` command's subparsers; its handler is ``run``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "doctor", help="find bad files, duplicates and leaks, imbalance, sizes, mean/std in a dataset"
+    )
+    parser.add_argument(
+        "data", help="a class folder, a folder of train/val/test class folders, or a manifest"
+    )
+    parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"folder for report.json and plots (default ./{DEFAULT_OUT})"
+    )
+    parser.add_argument("--workers", type=int, default=None, help="reading threads (default: one per CPU)")
+    parser.add_argument(
+        "--near-threshold",
+        type=int,
+        default=NEAR_MAX_DISTANCE,
+        help=f"near duplicates differ in at most this many of 64 hash bits (default {NEAR_MAX_DISTANCE})",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="write report.json only")
+    parser.set_defaults(handler=run, parser=parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command from parsed arguments; returns the exit status."""
+    parser: argparse.ArgumentParser = args.parser
+    if not os.path.exists(args.data):
+        parser.error(f"DATA {args.data!r} does not exist; pass a class folder, a split root or a manifest")
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    if not 0 <= args.near_threshold < HASH_BITS:
+        parser.error(f"--near-threshold must be in 0..{HASH_BITS - 1}, got {args.near_threshold}")
+    try:
+        report = diagnose(
+            args.data, workers=args.workers, progress=True, near_max_distance=args.near_threshold
+        )
+    except TorchloomError as exc:
+        print(f"torchloom doctor: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    written = report.write(args.out, plots=not args.no_plots)
+    if args.json:
+        print(report.to_json())
+        print(f"report written to {written[0]}", file=sys.stderr)
+    else:
+        print_report(report.document, Output.for_stream(), written)
+        if not args.no_plots and not plots_available():
+            print("plots skipped: matplotlib is not installed (pip install 'torchloom[plot]')")
+    return EXIT_PROBLEMS if report.problems else EXIT_CLEAN
+
+
+def print_report(document: dict[str, Any], out: Output, written: list[str]) -> None:
+    """Print a report document as tables."""
+    data = document["data"]
+    out.line(
+        f"torchloom doctor: {data['source']} ({data['layout']}): {data['files']} image files, "
+        f"splits {data['splits']}, {len(data['classes'])} classes, {len(data['ignored'])} other files ignored"
+    )
+    bad = document["bad_files"]
+    if bad:
+        out.table(
+            "Bad files", ["kind", "split", "path", "reason"], _rows(bad, ["kind", "split", "path", "reason"])
+        )
+    wrong = document["wrong_extension"]
+    if wrong:
+        out.table(
+            "Wrong extension", ["path", "named", "actually"], _rows(wrong, ["path", "extension", "format"])
+        )
+    pairs = sorted(document["duplicates"]["pairs"], key=lambda pair: not pair["leak"])
+    if pairs:
+        rows = [
+            [
+                "LEAK" if p["leak"] else "same split",
+                "exact" if p["exact"] else f"near ({p['distance']} bits)",
+                f"{p['a']['split']}: {p['a']['path']}",
+                f"{p['b']['split']}: {p['b']['path']}",
+            ]
+            for p in pairs
+        ]
+        out.table("Duplicates", ["where", "kind", "file", "duplicate of it"], _clip(rows))
+    _print_classes(document["classes"], data["classes"], out)
+    images = document["images"]
+    height, width = images["height"], images["width"]
+    out.table(
+        "Images",
+        ["", "min", "median", "max"],
+        [
+            ["height", height["min"], height["median"], height["max"]],
+            ["width", width["min"], width["median"], width["max"]],
+        ],
+    )
+    out.line(
+        f"{images['distinct_sizes']} distinct sizes; modes {images['modes']}; formats {images['formats']}"
+    )
+    normalize = document["normalize"]
+    if normalize["call"]:
+        out.line(f"per-channel statistics over {normalize['over']}:")
+        out.line(f"  from torchloom import Normalize; normalize = {normalize['call']}")
+    quality = document["quality"]
+    rows = [
+        [name, quality["thresholds"].get(name, "-"), count, ", ".join(quality["files"][name][:2])]
+        for name, count in quality["counts"].items()
+    ]
+    out.table("Quality (cleanvision's checks; warnings)", ["issue", "threshold", "images", "e.g."], rows)
+    problems = document["problems"]
+    if problems["count"]:
+        kinds = ", ".join(f"{kind}: {count}" for kind, count in problems["by_kind"].items())
+        out.line(f"PROBLEMS: {problems['count']} ({kinds})")
+    else:
+        out.line("no problems found")
+    folder = os.path.dirname(written[0]) or "."
+    out.line(f"report written to {folder}/ (report.json and {len(written) - 1} plot(s))")
+
+
+def _print_classes(classes: dict[str, Any], names: list[str], out: Output) -> None:
+    splits = list(classes["counts"])
+    rows = [[name] + [classes["counts"][split][name] for split in splits] for name in names]
+    if rows:
+        out.table("Classes", ["class", *splits], rows)
+    if classes["imbalance_ratio"]:
+        out.line(f"imbalance: largest/smallest class = {classes['imbalance_ratio']:.2f}")
+    if classes["sampler"]:
+        out.line("  balance it with: from torchloom import BalancedSampler")
+        out.line(f"                   sampler = {classes['sampler']}  # DataLoader(dataset, sampler=sampler)")
+
+
+def _rows(items: list[dict[str, Any]], keys: list[str]) -> list[list[Any]]:
+    return _clip([[item[key] for key in keys] for item in items])
+
+
+def _clip(rows: list[list[Any]]) -> list[list[Any]]:
+    if len(rows) <= TABLE_ROWS:
+        return rows
+    more = [f"... {len(rows) - TABLE_ROWS} more in report.json"] + [""] * (len(rows[0]) - 1)
+    return [*rows[:TABLE_ROWS], more]

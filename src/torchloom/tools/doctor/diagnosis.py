@@ -1,0 +1,119 @@
+"""What is wrong with an image dataset, before training on it: :func:`diagnose` and its report.
+
+DATA is a class folder (``DATA/<class>/<image>``), a root of split folders
+(``DATA/train/<class>/...``, ``DATA/val/...``) or a manifest (see
+:mod:`torchloom.tools.doctor.layout`). Every file is read and decoded once (in parallel); the report
+lists bad files, wrong extensions, exact and near duplicates within and across splits (leakage,
+pair by pair), class counts with the sampler that balances them, image sizes and modes, the
+per-channel mean/std for ``Normalize``, and cleanvision's quality issues. It is printed as
+tables, written to ``OUT/report.json`` (schema: :mod:`torchloom.tools.doctor.schema`, keys:
+:mod:`torchloom.tools.doctor.report`) with PNG plots beside it, and ``--json`` prints it.
+
+Exit status: 0 when no problem was found, 1 when one was (a bad file, a wrong extension, an exact
+duplicate, or a near duplicate across splits: see :mod:`torchloom.tools.doctor.report`), 2 on a usage
+error.
+
+Example:
+    >>> import numpy as np, os, simplejpeg, tempfile
+    >>> from torchloom.testing import synthetic_image
+    >>> root = tempfile.mkdtemp()
+    >>> for split, name, seed in [("train", "cat", 0), ("train", "dog", 1), ("val", "cat", 0)]:
+    ...     os.makedirs(os.path.join(root, split, name))
+    ...     image = synthetic_image(np.random.default_rng(seed), 64, 64, 0)
+    ...     _ = open(os.path.join(root, split, name, "1.jpg"), "wb").write(simplejpeg.encode_jpeg(image))
+    >>> report = diagnose(root)
+    >>> [message.replace(root, "DATA") for message in report.problems]
+    ['train/val leak: DATA/train/cat/1.jpg = DATA/val/cat/1.jpg (identical bytes)']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from torchloom.errors import ConfigError
+from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE, examination_groups
+from torchloom.tools.doctor.examine import Examination, examine_files
+from torchloom.tools.doctor.layout import DataLayout, find_layout
+from torchloom.tools.doctor.perceptual import HASH_BITS
+from torchloom.tools.doctor.plots import plots_available, write_plots
+from torchloom.tools.doctor.report import build_document, duplicate_pairs
+
+DEFAULT_OUT = "torchloom-doctor"
+REPORT_NAME = "report.json"
+
+
+@dataclass
+class DoctorReport:
+    """The result of :func:`diagnose`: the report ``document`` (what ``report.json`` holds) and
+    the examined files (``layout``, ``facts``) it was built from.
+
+    Example:
+        >>> import json, tempfile
+        >>> from torchloom.testing import write_class_folders
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_class_folders(root, [3, 3], size=(32, 32), empty=1, progress=False)
+        >>> report = diagnose(root)
+        >>> json.loads(report.to_json())["problems"]["by_kind"]
+        {'empty': 1}
+    """
+
+    document: dict[str, Any]
+    layout: DataLayout
+    facts: Examination
+
+    @property
+    def problems(self) -> list[str]:
+        """One message per problem; empty when the dataset is clean."""
+        messages: list[str] = self.document["problems"]["messages"]
+        return messages
+
+    def to_json(self) -> str:
+        """The report as indented JSON text."""
+        return json.dumps(self.document, indent=2, ensure_ascii=False)
+
+    def write(self, out: str, *, plots: bool = True) -> list[str]:
+        """Write ``report.json`` and (with matplotlib) the plots into ``out``; return the paths."""
+        os.makedirs(out, exist_ok=True)
+        if plots and plots_available():
+            readable = self.facts.readable
+            sizes = np.stack([self.facts.height[readable], self.facts.width[readable]], axis=1)
+            self.document["plots"] = write_plots(self.document, out, sizes)
+        path = os.path.join(out, REPORT_NAME)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(self.to_json() + "\n")
+        return [path] + [os.path.join(out, name) for name in self.document["plots"]]
+
+
+def diagnose(
+    data: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    progress: bool = False,
+    near_max_distance: int = NEAR_MAX_DISTANCE,
+) -> DoctorReport:
+    """Examine the dataset at ``data`` (a class folder, split root or manifest) and report.
+
+    ``workers``: threads reading files (default one per CPU). ``near_max_distance``: perceptual
+    hashes at most this many bits apart (of 64) are near duplicates.
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom.testing import write_class_folders
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_class_folders(root, [4, 2], size=(32, 32), progress=False)
+        >>> diagnose(root).problems, diagnose(root).document["classes"]["imbalance_ratio"]
+        ([], 2.0)
+    """
+    if not 0 <= near_max_distance < HASH_BITS:
+        raise ConfigError(f"near_max_distance must be in 0..{HASH_BITS - 1}, got {near_max_distance}")
+    layout = find_layout(os.fspath(data))
+    facts = examine_files(layout.paths, workers=workers, progress=progress)
+    groups = examination_groups(facts, near_max_distance=near_max_distance)
+    pairs = duplicate_pairs(layout, facts, groups)
+    document = build_document(layout, facts, groups, pairs, near_max_distance=near_max_distance)
+    return DoctorReport(document, layout, facts)

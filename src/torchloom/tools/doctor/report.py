@@ -1,0 +1,262 @@
+"""Turn one examination of a dataset into the doctor's report document (``report.json``).
+
+Top-level keys (schema in :data:`torchloom.tools.doctor.schema.REPORT_SCHEMA`, version
+:data:`~torchloom.tools.doctor.schema.SCHEMA_VERSION`):
+
+- ``schema_version``: an integer, raised on any incompatible change;
+- ``data``: source, layout (``classes``, ``splits`` or ``manifest``), file count, split and class
+  names, ignored files (with why);
+- ``problems``: ``count``, ``by_kind`` and one readable ``message`` per problem (see below);
+- ``bad_files``: unreadable, empty, truncated, corrupt and non-image files, each with its reason;
+- ``wrong_extension``: images whose extension names another format (a PNG named ``.jpg``);
+- ``duplicates``: ``groups`` (exact: identical bytes; near: perceptual hashes within
+  ``near_max_distance`` bits) and ``pairs`` (every cross-split pair of a group, flagged ``leak``;
+  else each member paired with the group's first), with Hamming distances;
+- ``classes``: counts per split and class, the imbalance ratio (largest / smallest class of the
+  training split) and a ``BalancedSampler`` call;
+- ``images``: size range, distinct sizes, colour modes and formats of the readable images;
+- ``normalize``: per-channel mean and std (0-1 scale) for ``torchloom.Normalize``;
+- ``quality``: cleanvision's issue types (thresholds, counts, files);
+- ``plots``: the PNG files written beside the report.
+
+A **problem** (exit status 1) is: a bad file, a wrong extension, an exact duplicate (anywhere),
+or a near duplicate across splits (train/val leakage). Near duplicates within one split, class
+imbalance and quality issues are reported as warnings only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
+from torchloom.tools.doctor.examine import Examination
+from torchloom.tools.doctor.layout import DataLayout
+from torchloom.tools.doctor.perceptual import hamming
+from torchloom.tools.doctor.quality import (
+    BLURRY_THRESHOLD,
+    DARK_THRESHOLD,
+    LIGHT_THRESHOLD,
+    LOW_INFORMATION_THRESHOLD,
+    ODD_ASPECT_RATIO_THRESHOLD,
+    PIXEL_SCORES,
+    aspect_ratio_scores,
+    size_scores,
+)
+from torchloom.tools.doctor.schema import SCHEMA_VERSION
+
+#: Cross-split pairs listed per duplicate group at most (a group of n files has up to n²/4).
+MAX_PAIRS_PER_GROUP = 50
+#: A largest/smallest class ratio from which the report suggests a balanced sampler.
+IMBALANCE_WARNING = 1.5
+TRAIN_SPLITS = ("train", "training")
+QUALITY_THRESHOLDS = {
+    "dark": DARK_THRESHOLD,
+    "light": LIGHT_THRESHOLD,
+    "blurry": BLURRY_THRESHOLD,
+    "low_information": LOW_INFORMATION_THRESHOLD,
+    "odd_aspect_ratio": ODD_ASPECT_RATIO_THRESHOLD,
+}
+
+
+@dataclass(frozen=True)
+class DuplicatePair:
+    """Two files of one duplicate group (indices into the layout's paths)."""
+
+    a: int
+    b: int
+    exact: bool
+    distance: int
+    leak: bool
+
+
+def build_document(
+    layout: DataLayout,
+    facts: Examination,
+    groups: list[list[int]],
+    pairs: list[DuplicatePair],
+    *,
+    near_max_distance: int = NEAR_MAX_DISTANCE,
+) -> dict[str, Any]:
+    """The report document (without ``plots``, filled in once they are written)."""
+    split_of = [layout.split_names[s] for s in layout.splits.tolist()]
+
+    def file(i: int) -> dict[str, str]:
+        return {"path": layout.paths[i], "split": split_of[i]}
+
+    bad = [
+        {
+            "path": layout.paths[i],
+            "split": split_of[i],
+            "kind": str(facts.problem[i]),
+            "reason": str(facts.reason[i]),
+        }
+        for i in np.flatnonzero(~facts.readable).tolist()
+    ]
+    wrong = [
+        {
+            "path": layout.paths[i],
+            "split": split_of[i],
+            "extension": os.path.splitext(layout.paths[i])[1],
+            "format": str(facts.found_format[i]),
+        }
+        for i in np.flatnonzero(facts.wrong_extension).tolist()
+    ]
+    group_docs = [
+        {
+            "kind": "exact" if len({facts.digest[i] for i in group}) == 1 else "near",
+            "splits": sorted({split_of[i] for i in group}),
+            "members": [file(i) for i in group],
+        }
+        for group in groups
+    ]
+    document: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "data": {
+            "source": layout.source,
+            "layout": layout.kind,
+            "files": len(layout.paths),
+            "splits": layout.split_names,
+            "classes": layout.class_names,
+            "ignored": [{"path": path, "reason": reason} for path, reason in layout.ignored],
+        },
+        "bad_files": bad,
+        "wrong_extension": wrong,
+        "duplicates": {
+            "near_max_distance": near_max_distance,
+            "groups": group_docs,
+            "pairs": [
+                {"a": file(p.a), "b": file(p.b), "exact": p.exact, "distance": p.distance, "leak": p.leak}
+                for p in pairs
+            ],
+        },
+        "classes": _classes(layout),
+        "images": _images(facts),
+        "normalize": _normalize(layout, facts),
+        "quality": _quality(layout, facts),
+        "plots": [],
+    }
+    document["problems"] = _problems(document)
+    return document
+
+
+def duplicate_pairs(layout: DataLayout, facts: Examination, groups: list[list[int]]) -> list[DuplicatePair]:
+    """The pairs reported for each group: every cross-split pair (at most
+    :data:`MAX_PAIRS_PER_GROUP`), or, for a group within one split, each member with the first."""
+    pairs: list[DuplicatePair] = []
+    for group in groups:
+        splits = layout.splits[group]
+        if len(set(splits.tolist())) > 1:
+            candidates = [
+                (a, b) for k, a in enumerate(group) for b in group[k + 1 :] if splits[k] != layout.splits[b]
+            ]
+        else:
+            candidates = [(group[0], b) for b in group[1:]]
+        for a, b in candidates[:MAX_PAIRS_PER_GROUP]:
+            distance = int(hamming(facts.phash[a], facts.phash[b])) if facts.readable[[a, b]].all() else 0
+            leak = bool(layout.splits[a] != layout.splits[b])
+            pairs.append(DuplicatePair(a, b, bool(facts.digest[a] == facts.digest[b]), distance, leak))
+    return pairs
+
+
+def _problems(document: dict[str, Any]) -> dict[str, Any]:
+    messages = [f"{f['kind']}: {f['path']} ({f['reason']})" for f in document["bad_files"]]
+    messages += [
+        f"wrong extension: {f['path']} is {f['format']}, named {f['extension']}"
+        for f in document["wrong_extension"]
+    ]
+    kinds = Counter(f["kind"] for f in document["bad_files"])
+    kinds["wrong_extension"] = len(document["wrong_extension"])
+    for pair in document["duplicates"]["pairs"]:
+        a, b = pair["a"], pair["b"]
+        if pair["leak"] or pair["exact"]:
+            kind = ("exact" if pair["exact"] else "near") + ("_leak" if pair["leak"] else "_duplicate")
+            kinds[kind] += 1
+            where = f"{a['split']}/{b['split']} leak" if pair["leak"] else f"duplicate in {a['split']}"
+            what = "identical bytes" if pair["exact"] else f"near duplicate, {pair['distance']} bits apart"
+            messages.append(f"{where}: {a['path']} = {b['path']} ({what})")
+    by_kind = {kind: count for kind, count in kinds.items() if count}
+    return {"count": len(messages), "by_kind": by_kind, "messages": messages}
+
+
+def _classes(layout: DataLayout) -> dict[str, Any]:
+    counts: dict[str, dict[str, int]] = {}
+    for split_id, split in enumerate(layout.split_names):
+        labels = layout.labels[(layout.splits == split_id) & (layout.labels >= 0)]
+        numbers = np.bincount(labels, minlength=len(layout.class_names))
+        counts[split] = {name: int(n) for name, n in zip(layout.class_names, numbers, strict=True)}
+    train = next((s for s in layout.split_names if s.lower() in TRAIN_SPLITS), layout.split_names[0])
+    present = [n for n in counts.get(train, {}).values() if n > 0]
+    ratio = max(present) / min(present) if len(present) > 1 else None
+    sampler = None
+    if ratio is not None and ratio >= IMBALANCE_WARNING:
+        sampler = 'BalancedSampler(dataset.targets, mode="inverse", seed=0)'
+    return {"counts": counts, "imbalance_ratio": ratio, "sampler": sampler}
+
+
+def _images(facts: Examination) -> dict[str, Any]:
+    ok = facts.readable
+    heights, widths = facts.height[ok], facts.width[ok]
+    sizes = Counter(zip(heights.tolist(), widths.tolist(), strict=True))
+
+    def summary(values: np.ndarray) -> dict[str, Any]:
+        if len(values) == 0:
+            return {"min": 0, "median": 0.0, "max": 0}
+        return {"min": int(values.min()), "median": float(np.median(values)), "max": int(values.max())}
+
+    return {
+        "readable": int(ok.sum()),
+        "height": summary(heights),
+        "width": summary(widths),
+        "distinct_sizes": len(sizes),
+        "most_common_sizes": [{"size": [h, w], "count": n} for (h, w), n in sizes.most_common(5)],
+        "modes": dict(Counter(facts.mode[ok].tolist()).most_common()),
+        "formats": dict(Counter(facts.found_format[ok].tolist()).most_common()),
+    }
+
+
+def _normalize(layout: DataLayout, facts: Examination) -> dict[str, Any]:
+    train = [i for i, s in enumerate(layout.split_names) if s.lower() in TRAIN_SPLITS]
+    use = facts.readable & (np.isin(layout.splits, train) if train else True)
+    weights = (facts.height * facts.width)[use].astype(np.float64)
+    if weights.sum() == 0:
+        return {"over": "no readable image", "mean": [], "std": [], "call": None}
+    mean = facts.channel_mean[use].T @ weights / weights.sum()
+    square = facts.channel_square[use].T @ weights / weights.sum()
+    std = np.sqrt(np.maximum(square - mean**2, 0.0))
+    mean_text = ", ".join(f"{v:.4f}" for v in mean)
+    std_text = ", ".join(f"{v:.4f}" for v in std)
+    return {
+        "over": f"{int(use.sum())} readable images"
+        + (f" of split {layout.split_names[train[0]]!r}" if train else ""),
+        "mean": [round(float(v), 4) for v in mean],
+        "std": [round(float(v), 4) for v in std],
+        "call": f"Normalize(mean=({mean_text}), std=({std_text}))",
+    }
+
+
+def _quality(layout: DataLayout, facts: Examination) -> dict[str, Any]:
+    ok = facts.readable
+    flags: dict[str, np.ndarray] = {
+        name: ok & (facts.scores[:, column] < QUALITY_THRESHOLDS[name])
+        for column, name in enumerate(PIXEL_SCORES)
+    }
+    flags["grayscale"] = ok & facts.grayscale
+    flags["odd_aspect_ratio"] = ok & (
+        aspect_ratio_scores(facts.height, facts.width) < ODD_ASPECT_RATIO_THRESHOLD
+    )
+    odd = np.zeros(len(ok), dtype=bool)
+    scores, threshold = size_scores(facts.height[ok], facts.width[ok])
+    odd[np.flatnonzero(ok)] = scores < threshold
+    flags["odd_size"] = odd
+    return {
+        "thresholds": {**QUALITY_THRESHOLDS, "odd_size": threshold},
+        "counts": {name: int(mask.sum()) for name, mask in flags.items()},
+        "files": {
+            name: [layout.paths[i] for i in np.flatnonzero(mask).tolist()] for name, mask in flags.items()
+        },
+    }

@@ -1,0 +1,208 @@
+"""``torchloom prepare``: a labelled, reproducible train/val(/test) split of a raw image folder.
+
+::
+
+    torchloom prepare RAW (--labels FILE.json|FILE.csv | --rule 'LABEL:substr,...' ...) --out DIR
+        [--split 0.8,0.1,0.1] [--seed 0] [--materialize link|copy] [--group-duplicates] [--json]
+
+Writes ``DIR/manifest.parquet`` and ``DIR/manifest.csv`` (see
+:mod:`torchloom.tools.prepare.pipeline` for the columns and :mod:`torchloom.tools.prepare.split` for the
+split rule), ``DIR/problems.csv`` when anything was left out, and with ``--materialize``
+``DIR/<split>/<label>/<file>``. RAW is only read.
+
+Exit status: 0 when every image was labelled and readable and every label entry matched a
+file; 1 when something was left out (unmatched, unknown, ambiguous or unreadable entries,
+duplicates with conflicting labels; the manifest of the rest is still written) or the labels
+could not be read; 2 for a usage error (missing RAW or label file, bad ``--split`` or
+``--rule``, ``--out`` inside RAW).
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> args = add_parser(parser.add_subparsers()).parse_args(["raw", "--rule", "ok:good", "--out", "o"])
+    >>> args.rule, args.split, args.seed
+    (['ok:good'], '0.8,0.1,0.1', 0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from torchloom.errors import ConfigError, MissingFileError, TorchloomError, UnsafeFileError
+from torchloom.tools.prepare.labels import CSV_LABEL_COLUMNS, CSV_PATH_COLUMNS, parse_rules, read_label_map
+from torchloom.tools.prepare.pipeline import (
+    PROBLEM_KINDS,
+    PrepareResult,
+    check_output_folder,
+    prepare_dataset,
+)
+from torchloom.tools.prepare.split import parse_fractions
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, Output
+
+#: The one problem kind whose files stay in the manifest (duplicates given different labels).
+KEPT_KIND = "duplicate label conflict"
+#: Problems listed by name in the terminal per kind; ``problems.csv`` holds them all.
+PROBLEMS_SHOWN = 20
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``prepare`` on the ``torchloom`` command's subparsers; its handler is ``run``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "prepare",
+        help="label a raw image folder, split it reproducibly, write a manifest",
+        description="Label RAW's images, split them (stratified, deterministic, stable when files are "
+        "added) and write DIR/manifest.parquet and DIR/manifest.csv. RAW is never modified.",
+    )
+    parser.add_argument("raw", help="the folder of raw images (searched recursively)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--labels",
+        help="a .json object {relative path: label} or a .csv with a path column "
+        f"({'/'.join(CSV_PATH_COLUMNS)}) and a label column ({'/'.join(CSV_LABEL_COLUMNS)})",
+    )
+    source.add_argument(
+        "--rule",
+        action="append",
+        help="LABEL:substr1,substr2 - files whose relative path contains a substring (any case) get "
+        "LABEL; repeat for more labels; a file matching two labels is reported, not guessed",
+    )
+    parser.add_argument("--out", required=True, help="folder for the manifest (and materialized files)")
+    parser.add_argument(
+        "--split", default="0.8,0.1,0.1", help="train,val[,test] fractions (default 0.8,0.1,0.1)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split's hash (default 0)")
+    parser.add_argument(
+        "--materialize",
+        choices=("link", "copy"),
+        help="also build DIR/<split>/<label>/<file>: hard links (copies across devices) or copies",
+    )
+    parser.add_argument(
+        "--group-duplicates",
+        action="store_true",
+        help="keep exact and near-duplicate images together in one split (no leakage)",
+    )
+    parser.add_argument("--workers", type=int, default=None, help="threads for hashing (default: a few)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command from parsed arguments; returns the exit status."""
+    try:
+        fractions = parse_fractions(args.split)
+        if args.seed < 0:
+            raise ConfigError(f"--seed must be >= 0, got {args.seed}")
+        if not os.path.isdir(args.raw):
+            raise ConfigError(f"RAW {args.raw!r} is not a folder; pass the folder of raw images")
+        rules = parse_rules(args.rule) if args.rule else None
+        check_output_folder(args.raw, args.out, materializing=args.materialize is not None)
+        entries = read_label_map(args.labels) if args.labels else None
+    except (ConfigError, MissingFileError, UnsafeFileError) as exc:
+        print(f"torchloom prepare: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TorchloomError as exc:
+        print(f"torchloom prepare: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    try:
+        result = prepare_dataset(
+            args.raw,
+            args.out,
+            label_entries=entries,
+            rules=rules,
+            fractions=fractions,
+            seed=args.seed,
+            materialize_mode=args.materialize,
+            group_duplicates=args.group_duplicates,
+            workers=args.workers,
+            progress=not args.json,
+        )
+    except ConfigError as exc:
+        print(f"torchloom prepare: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (TorchloomError, OSError) as exc:
+        print(f"torchloom prepare: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    status = EXIT_PROBLEMS if result.problem_count or not result.manifest.num_rows else EXIT_CLEAN
+    if args.json:
+        print(json.dumps(report_dict(result, args, status), indent=2))
+    else:
+        print_report(Output.for_stream(), result, args)
+    return status
+
+
+def report_dict(result: PrepareResult, args: argparse.Namespace, status: int) -> dict[str, Any]:
+    """The ``--json`` report: counts per class and split, every problem, what was written."""
+    counts = result.counts()
+    return {
+        "raw": args.raw,
+        "out": args.out,
+        "splits": list(result.split_names),
+        "seed": args.seed,
+        "files": result.manifest.num_rows,
+        "counts": {
+            label: dict(zip(result.split_names, row.tolist(), strict=True))
+            for label, row in zip(result.classes, counts, strict=True)
+        },
+        "rebalanced": _rebalanced(result),
+        "duplicate_groups": result.duplicate_groups,
+        "materialize": args.materialize,
+        "copied_instead_of_linked": result.copied_instead_of_linked,
+        "problems": {
+            kind: [{"name": name, "reason": reason} for name, reason in items]
+            for kind, items in result.problems.items()
+        },
+        "ignored_non_images": len(result.ignored),
+        "written": result.written,
+        "exit_status": status,
+    }
+
+
+def print_report(out: Output, result: PrepareResult, args: argparse.Namespace) -> None:
+    """Tables: files per class and split, then every kind of problem by name, then what was written."""
+    counts = result.counts()
+    names = list(result.split_names)
+    rows: list[list[object]] = [
+        [label, *row.tolist(), int(row.sum())] for label, row in zip(result.classes, counts, strict=True)
+    ]
+    rows.append(["all", *counts.sum(axis=0).tolist(), int(counts.sum())])
+    out.table(
+        f"files per class and split (seed {args.seed}, --split {args.split})",
+        ["class", *names, "total"],
+        rows,
+    )
+    out.line(
+        f"{_rebalanced(result)} file(s) moved out of their hash split to balance classes within ±1 of the "
+        "targets (column 'rebalanced')"
+    )
+    if args.group_duplicates:
+        out.line(f"{result.duplicate_groups} duplicate group(s) kept together, each in one split")
+    for kind in PROBLEM_KINDS:
+        items = result.problems.get(kind, [])
+        if items:
+            shown = [[name, reason] for name, reason in items[:PROBLEMS_SHOWN]]
+            more = f", first {PROBLEMS_SHOWN} shown" if len(items) > PROBLEMS_SHOWN else ""
+            fate = "kept in the manifest: fix the labels" if kind == KEPT_KIND else "left out of the manifest"
+            out.table(f"{kind}: {len(items)} ({fate}{more})", ["name", "reason"], shown)
+    if result.ignored:
+        out.line(f"{len(result.ignored)} file(s) without an image extension ignored")
+    if result.copied_instead_of_linked:
+        out.line(f"{result.copied_instead_of_linked} file(s) copied: the filesystem refused hard links")
+    if not result.written:
+        out.line("nothing written: no image is both labelled and readable")
+        return
+    out.line("wrote " + ", ".join(result.written))
+    root = os.path.abspath(args.out if args.materialize else args.raw)
+    split = result.split_names[0]
+    out.line(
+        f"load a split: ManifestDataset(pyarrow.parquet.read_table({result.written[0]!r}, "
+        f"filters=[('split', '==', {split!r})]), root={root!r})"
+    )
+
+
+def _rebalanced(result: PrepareResult) -> int:
+    return int(sum(result.manifest.column("rebalanced").to_pylist()))

@@ -1,0 +1,284 @@
+"""The work of ``torchloom prepare``: label, check, split and write a manifest (no printing).
+
+:func:`prepare_dataset` reads a raw image folder (never writing to it), labels its images from a
+map or filename rules, splits them with :func:`torchloom.tools.prepare.split.stratified_split`, and
+writes ``OUT/manifest.parquet`` and ``OUT/manifest.csv`` (plus ``OUT/problems.csv`` listing
+every file or label entry left out, when there are any). With ``materialize``, it also builds
+``OUT/<split>/<label>/<file>`` folders.
+
+Manifest columns: ``image`` (the path :class:`torchloom.ManifestDataset` reads: relative to OUT
+when materialized, so ``ManifestDataset("OUT/manifest.parquet")`` works as is; otherwise
+relative to RAW, so pass ``root=RAW``), ``label``, ``split``, ``source`` (the path relative to
+RAW), ``blake2b`` (128-bit content hash), ``rebalanced`` (moved out of its hash split by
+balancing) and ``duplicate_group`` (``-1`` when not grouped).
+
+Example:
+    >>> import numpy as np, os, simplejpeg, tempfile
+    >>> raw, out = tempfile.mkdtemp(), tempfile.mkdtemp()
+    >>> for name in ["ok_1.jpg", "ok_2.jpg", "bad_1.jpg"]:
+    ...     _ = open(os.path.join(raw, name), "wb").write(
+    ...         simplejpeg.encode_jpeg(np.full((8, 8, 3), len(name), np.uint8)))
+    >>> result = prepare_dataset(raw, out, rules=parse_rules(["ok:ok_", "bad:bad_"]), fractions=(0.5, 0.5))
+    >>> result.manifest.column("split").to_pylist(), result.problem_count
+    (['train', 'train', 'val'], 0)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pa_parquet
+
+from torchloom.errors import ConfigError
+from torchloom.tools.doctor.duplicates import duplicate_groups
+from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
+from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
+from torchloom.tools.prepare.raw import FileCheck, check_files, scan_raw
+from torchloom.tools.prepare.split import SPLIT_NAMES, stratified_split
+from torchloom.tools.terminal import Output
+
+__all__ = ["PrepareResult", "parse_rules", "prepare_dataset"]
+
+MANIFEST_STEM = "manifest"
+PROBLEMS_FILE = "problems.csv"
+STAGING_FOLDER = ".torchloom-prepare-staging"
+#: Key of the prepare settings in the Parquet manifest's schema metadata.
+METADATA_KEY = b"torchloom.prepare"
+#: Problem kinds, in the order they are reported.
+PROBLEM_KINDS = ("unmatched", "unknown label entry", "ambiguous", "unreadable", "duplicate label conflict")
+
+
+@dataclass
+class PrepareResult:
+    """What :func:`prepare_dataset` produced and everything it left out, by kind."""
+
+    manifest: pa.Table
+    split_names: tuple[str, ...]
+    classes: list[str]
+    problems: dict[str, list[tuple[str, str]]]
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    duplicate_groups: int = 0
+    copied_instead_of_linked: int = 0
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def problem_count(self) -> int:
+        return sum(len(items) for items in self.problems.values())
+
+    def counts(self) -> np.ndarray:
+        """Files per class (rows, in :attr:`classes` order) and split (columns)."""
+        labels = np.asarray(self.manifest.column("label").to_pylist(), dtype=object)
+        splits = np.asarray(self.manifest.column("split").to_pylist(), dtype=object)
+        return np.array(
+            [[int(np.sum((labels == c) & (splits == s))) for s in self.split_names] for c in self.classes],
+            dtype=np.int64,
+        ).reshape(len(self.classes), len(self.split_names))
+
+
+def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
+    """Refuse an ``out`` inside ``raw`` (raw is never written), a ``raw`` that a rebuild of
+    ``out``'s split folders would delete, and (when ``materializing``) split folders in ``out``
+    that prepare did not make."""
+    real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
+    if _inside(real_out, real_raw):
+        raise ConfigError(
+            f"--out {out!r} is inside RAW {raw!r}; prepare never writes into RAW, choose another folder"
+        )
+    for name in (*SPLIT_NAMES, STAGING_FOLDER):
+        if _inside(real_raw, os.path.join(real_out, name)):
+            raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
+    ours = os.path.exists(os.path.join(out, f"{MANIFEST_STEM}.csv"))
+    for name in SPLIT_NAMES if materializing else ():
+        if os.path.exists(os.path.join(out, name)) and not ours:
+            raise ConfigError(
+                f"{os.path.join(out, name)!r} exists and was not made by torchloom prepare "
+                f"(no {MANIFEST_STEM}.csv beside it); choose an empty --out"
+            )
+
+
+def prepare_dataset(
+    raw: str,
+    out: str,
+    *,
+    label_entries: Sequence[tuple[str, str]] | None = None,
+    rules: Sequence[Rule] | None = None,
+    fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    materialize_mode: MaterializeMode | None = None,
+    group_duplicates: bool = False,
+    workers: int | None = None,
+    progress: bool = False,
+) -> PrepareResult:
+    """Label, check, split and write (see the module docstring); give ``label_entries`` (from
+    :func:`torchloom.tools.prepare.labels.read_label_map`) or ``rules``."""
+    if (label_entries is None) == (rules is None):
+        raise ConfigError("give exactly one of label_entries= (a label map) or rules= (filename rules)")
+    check_output_folder(raw, out, materializing=materialize_mode is not None)
+    scan = scan_raw(raw)
+    labelling = (
+        label_by_map(scan.files, label_entries)
+        if label_entries is not None
+        else label_by_rules(scan.files, rules or ())
+    )
+    bar = partial(Output().progress, description="checking and hashing") if progress else None
+    checks = check_files([scan.absolute(p) for p in scan.files], workers=workers, progress=bar)
+    problems = _problems(labelling, scan.refused, scan.files, checks)
+    rows = [
+        i
+        for i, (label, check) in enumerate(zip(labelling.labels, checks, strict=True))
+        if label and not check.problem
+    ]
+    paths = [scan.files[i] for i in rows]
+    labels = [str(labelling.labels[i]) for i in rows]
+    names = tuple(SPLIT_NAMES[: len(fractions)])
+    classes = sorted(set(labels))
+    if materialize_mode is not None:
+        for label in classes:
+            check_folder_name(label, "label")
+    # Groups come sorted, ordered by their first member (see duplicate_groups).
+    groups = duplicate_groups([scan.absolute(p) for p in paths], workers=workers) if group_duplicates else []
+    unit_of, group_of = _units(len(paths), groups)
+    problems["duplicate label conflict"] = _label_conflicts(groups, paths, labels)
+    representative = {
+        unit: min(paths[i] for i in np.flatnonzero(unit_of == unit)) for unit in set(unit_of.tolist())
+    }
+    by_path = {path: i for i, path in enumerate(paths)}
+    unit_keys = [representative[unit] for unit in range(len(representative))]
+    unit_classes = np.array([classes.index(labels[by_path[key]]) for key in unit_keys], dtype=np.int64)
+    result = stratified_split(unit_keys, unit_classes, fractions, seed=seed)
+    split = [names[result.split[unit]] for unit in unit_of]
+    table = pa.table(
+        {
+            "image": paths,
+            "label": labels,
+            "split": split,
+            "source": paths,
+            "blake2b": [checks[i].digest for i in rows],
+            "rebalanced": [bool(result.rebalanced[unit]) for unit in unit_of],
+            "duplicate_group": group_of.tolist(),
+        }
+    )
+    prepared = PrepareResult(table, names, classes, problems, scan.ignored, len(groups))
+    if paths:
+        _write(prepared, raw, out, fractions, seed, materialize_mode)
+    return prepared
+
+
+def _problems(
+    labelling: Labelling, refused: list[tuple[str, str]], files: list[str], checks: list[FileCheck]
+) -> dict[str, list[tuple[str, str]]]:
+    """Problems by kind; an unreadable file is listed as unreadable only."""
+    unreadable = {path: check.problem for path, check in zip(files, checks, strict=True) if check.problem}
+    return {
+        "unmatched": [
+            (path, "no label for this image") for path in labelling.unmatched if path not in unreadable
+        ],
+        "unknown label entry": labelling.unknown,
+        "ambiguous": [(path, why) for path, why in labelling.ambiguous if path not in unreadable],
+        "unreadable": refused + list(unreadable.items()),
+    }
+
+
+def _units(count: int, groups: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's unit number (a group is one unit) and its duplicate group (``-1`` if none)."""
+    group_of = np.full(count, -1, dtype=np.int64)
+    for number, members in enumerate(groups):
+        group_of[members] = number
+    unit_of = np.empty(count, dtype=np.int64)
+    first_row: dict[int, int] = {}
+    next_unit = 0
+    for row in range(count):
+        group = int(group_of[row])
+        if group >= 0 and group in first_row:
+            unit_of[row] = unit_of[first_row[group]]
+            continue
+        first_row[group] = row
+        unit_of[row] = next_unit
+        next_unit += 1
+    return unit_of, group_of
+
+
+def _label_conflicts(groups: list[list[int]], paths: list[str], labels: list[str]) -> list[tuple[str, str]]:
+    conflicts = []
+    for group in groups:
+        found = sorted({labels[i] for i in group})
+        if len(found) > 1:
+            members = ", ".join(f"{paths[i]} ({labels[i]})" for i in group)
+            conflicts.append((paths[group[0]], f"duplicates labelled {found}: {members}"))
+    return conflicts
+
+
+def _write(
+    prepared: PrepareResult,
+    raw: str,
+    out: str,
+    fractions: Sequence[float],
+    seed: int,
+    mode: MaterializeMode | None,
+) -> None:
+    os.makedirs(out, exist_ok=True)
+    table = prepared.manifest
+    if mode is not None:
+        images = _image_paths(table)
+        staging = os.path.join(out, STAGING_FOLDER)
+        shutil.rmtree(staging, ignore_errors=True)
+        sources = [os.path.join(raw, *p.split("/")) for p in table.column("source").to_pylist()]
+        targets = [os.path.join(staging, *p.split("/")) for p in images]
+        prepared.copied_instead_of_linked = materialize(sources, targets, mode=mode)
+        for name in SPLIT_NAMES:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+            if os.path.isdir(os.path.join(staging, name)):
+                os.replace(os.path.join(staging, name), os.path.join(out, name))
+        shutil.rmtree(staging)
+        table = table.set_column(0, "image", pa.array(images, pa.string()))
+        prepared.manifest = table
+    settings = {"raw": os.path.abspath(raw), "fractions": list(fractions), "seed": seed, "materialize": mode}
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(settings).encode()})
+    parquet, csv = (os.path.join(out, f"{MANIFEST_STEM}{suffix}") for suffix in (".parquet", ".csv"))
+    _atomic(parquet, lambda path: pa_parquet.write_table(table, path))
+    _atomic(csv, lambda path: pa_csv.write_csv(table, path))
+    prepared.written = [parquet, csv]
+    problems = os.path.join(out, PROBLEMS_FILE)
+    rows = [(kind, name, reason) for kind, items in prepared.problems.items() for name, reason in items]
+    if rows:
+        kinds, names, reasons = zip(*rows, strict=True)
+        problem_table = pa.table({"kind": list(kinds), "name": list(names), "reason": list(reasons)})
+        _atomic(problems, lambda path: pa_csv.write_csv(problem_table, path))
+        prepared.written.append(problems)
+    elif os.path.exists(problems):
+        os.remove(problems)
+
+
+def _image_paths(table: pa.Table) -> list[str]:
+    """``<split>/<label>/<name>`` per row, names unique within each folder."""
+    splits, labels, sources = (table.column(c).to_pylist() for c in ("split", "label", "source"))
+    images = [""] * len(sources)
+    folders: dict[tuple[str, str], list[int]] = {}
+    for row, key in enumerate(zip(splits, labels, strict=True)):
+        folders.setdefault(key, []).append(row)
+    for (split, label), rows in folders.items():
+        for row, name in zip(rows, target_names([sources[r] for r in rows]), strict=True):
+            images[row] = f"{split}/{label}/{name}"
+    return images
+
+
+def _atomic(path: str, write: Callable[[str], None]) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root

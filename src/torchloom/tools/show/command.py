@@ -1,0 +1,188 @@
+"""``torchloom show``: a grid of samples as the model gets them, or one collated batch with its masks.
+
+::
+
+    torchloom show DATA [--n 16] [--out grid.png] [--transform SPEC] [--batch] [--multiple-of 1] [--seed 0]
+
+DATA is a class folder (read with :class:`torchloom.FolderDataset`) or a manifest (read with
+:class:`torchloom.ManifestDataset`, default fields ``image`` and ``label``). ``--n`` samples are
+drawn with ``--seed`` and transformed with their own ``(seed, epoch 0, index)`` generator, so the
+same command draws the same grid. ``--transform`` is parsed by
+:func:`torchloom.tools.show.transform_spec.parse_transform_spec` (no ``eval``). With ``--batch``
+the samples are collated by ``Collate({"image": PadImages(multiple_of=...)})`` and each padded
+image is drawn with its padding (``image_mask`` False) hatched red.
+
+Exit status: 0 when the grid was written; 1 when the data could not be read, a file failed
+validation or a sample failed to load (each is listed; the others are drawn) or matplotlib is
+missing; 2 for a usage error (bad ``--transform``, a DATA that does not exist, ``--n`` below 1).
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> args = add_parser(parser.add_subparsers()).parse_args(["data", "--batch"])
+    >>> args.n, args.out, args.batch
+    (16, 'grid.png', True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchloom.collate import AsList, Collate, PadImages
+from torchloom.datasets import FolderDataset, ManifestDataset
+from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.opening import open_image_dataset
+from torchloom.errors import ConfigError, TorchloomError
+from torchloom.faults import Skipped
+from torchloom.seeding import SampleKey
+from torchloom.tools.show.grid import Tile, draw_grid
+from torchloom.tools.show.transform_spec import ALLOWED_TRANSFORMS, parse_transform_spec
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``show`` on the ``torchloom`` command's subparsers; its handler is ``run``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "show",
+        help="draw a grid of transformed samples (or one collated batch with its padding masks)",
+        description="Draw --n samples of DATA as the model gets them, titled with class, label and index.",
+    )
+    parser.add_argument(
+        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .parquet, ...)"
+    )
+    parser.add_argument("--n", type=int, default=16, help="number of samples (default 16)")
+    parser.add_argument("--out", default="grid.png", help="the PNG to write (default grid.png)")
+    parser.add_argument(
+        "--transform",
+        default="",
+        help=f"e.g. 'RandomResizedCrop(224),HorizontalFlip()'; allowed: {', '.join(ALLOWED_TRANSFORMS)}",
+    )
+    parser.add_argument("--batch", action="store_true", help="collate the samples into one padded batch")
+    parser.add_argument(
+        "--multiple-of", type=int, default=1, help="--batch: pad sizes up to a multiple of this"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sample choice and augmentation")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command from parsed arguments; returns the exit status."""
+    try:
+        transform = parse_transform_spec(args.transform)
+        if args.n < 1 or args.seed < 0 or args.multiple_of < 1:
+            raise ConfigError(
+                f"--n and --multiple-of must be >= 1 and --seed >= 0 (got {args.n}, "
+                f"{args.multiple_of}, {args.seed})"
+            )
+        if not os.path.exists(args.data):
+            raise ConfigError(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(folder) or os.path.isdir(args.out):
+            raise ConfigError(
+                f"--out {args.out!r} must be a file path in an existing folder; create {folder!r} first"
+            )
+    except ConfigError as exc:
+        print(f"torchloom show: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        dataset = open_dataset(args.data, transform=transform, seed=args.seed)
+        invalid = dataset.report.invalid if isinstance(dataset, (FolderDataset, ManifestDataset)) else []
+        for path, reason in invalid:
+            print(f"torchloom show: {path} failed validation and is not shown: {reason}", file=sys.stderr)
+        indices = choose_indices(len(dataset), args.n, seed=args.seed)
+        samples = [dataset[SampleKey(int(index), 0)] for index in indices]
+        failed = [sample for sample in samples if isinstance(sample, Skipped)]
+        for skipped in failed:
+            print(
+                f"torchloom show: sample {skipped.index} ({skipped.path}) failed: {skipped.reason}",
+                file=sys.stderr,
+            )
+        good = [sample for sample in samples if not isinstance(sample, Skipped)]
+        if not good:
+            print("torchloom show: no sample could be loaded; nothing drawn", file=sys.stderr)
+            return EXIT_PROBLEMS
+        classes = list(getattr(dataset, "classes", None) or [])
+        tiles = batch_tiles(good, classes, args.multiple_of) if args.batch else sample_tiles(good, classes)
+        what = _batch_summary(tiles) if args.batch else f"{len(good)} samples"
+        title = f"{args.data}: {what}\ntransform: {args.transform.strip() or 'none'}   seed {args.seed}"
+        rows, columns = draw_grid(tiles, args.out, title=title)
+    except TorchloomError as exc:
+        print(f"torchloom show: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except OSError as exc:  # the grid could not be written (permissions, disk full)
+        print(f"torchloom show: cannot write --out {args.out!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    print(f"wrote {args.out}: {len(tiles)} tile(s) in {rows} row(s) × {columns} column(s)")
+    return EXIT_PROBLEMS if failed or invalid else EXIT_CLEAN
+
+
+def open_dataset(data: str, *, transform: Any, seed: int) -> IndexedDataset:
+    """A class folder as :class:`FolderDataset`, anything else as a :class:`ManifestDataset`;
+    broken samples are skipped (and reported by ``run``), transform bugs raise."""
+    return open_image_dataset(data, transform=transform, seed=seed, on_error="skip", progress=False)
+
+
+def choose_indices(size: int, count: int, *, seed: int) -> np.ndarray:
+    """``count`` distinct sample indices drawn with ``seed`` (all of them when there are fewer), sorted.
+
+    Example:
+        >>> choose_indices(5, 10, seed=0).tolist()
+        [0, 1, 2, 3, 4]
+        >>> len(choose_indices(100, 3, seed=0))
+        3
+    """
+    if size <= count:
+        return np.arange(size)
+    return np.sort(np.random.default_rng(seed).choice(size, count, replace=False))
+
+
+def sample_tiles(samples: list[dict[str, Any]], classes: list[Any]) -> list[Tile]:
+    """One tile per sample, titled with class name, label, index and size."""
+    return [Tile(_hwc(sample["image"]), _title(sample, classes)) for sample in samples]
+
+
+def batch_tiles(samples: list[dict[str, Any]], classes: list[Any], multiple_of: int) -> list[Tile]:
+    """Collate the samples as a training batch would be (``PadImages``) and tile each padded image
+    with its padding mask."""
+    rules: dict[str, Any] = {"image": PadImages(multiple_of=multiple_of)}
+    rules.update({key: AsList() for key in samples[0] if key not in ("image", "label", "index")})
+    batch = Collate(rules)([{**s, "label": s.get("label", -1)} for s in samples])
+    tiles = []
+    for position, sample in enumerate(samples):
+        height, width = batch["image_size"][position].tolist()
+        padded = batch["image"][position]
+        real = f"real {height}×{width} of {padded.shape[1]}×{padded.shape[2]}"
+        title = f"{_title(sample, classes, size=False)}\n{real}"
+        tiles.append(Tile(_hwc(padded), title, padding=~batch["image_mask"][position].numpy()))
+    return tiles
+
+
+def _batch_summary(tiles: list[Tile]) -> str:
+    height, width = tiles[0].image.shape[:2]
+    padded = float(np.mean([tile.padding.mean() for tile in tiles if tile.padding is not None]))
+    return f"one collated batch: image {len(tiles)}×3×{height}×{width}, {padded:.0%} of it padding (red)"
+
+
+def _title(sample: dict[str, Any], classes: list[Any], *, size: bool = True) -> str:
+    label = int(sample.get("label", -1))
+    name = str(classes[label]) if 0 <= label < len(classes) else "unlabelled"
+    image = sample["image"]
+    shape = f"  {image.shape[1]}×{image.shape[2]}" if size else ""
+    return f"{name[:24]} (label {label})\nindex {int(sample['index'])}{shape}"
+
+
+def _hwc(image: torch.Tensor) -> np.ndarray:
+    array = image.detach().cpu()
+    if array.dtype != torch.uint8:  # a float image (e.g. a user's tensor transform): show its range
+        array = array.float()
+        low, high = float(array.min()), float(array.max())
+        array = ((array - low) / max(high - low, 1e-8) * 255).round().to(torch.uint8)
+    hwc = array.permute(1, 2, 0).numpy()
+    return np.repeat(hwc, 3, axis=2) if hwc.shape[2] == 1 else hwc

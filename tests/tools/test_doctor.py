@@ -1,0 +1,254 @@
+"""torchloom doctor: planted faults found (and nothing else), end to end through the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+
+from torchloom.testing import synthetic_image
+from torchloom.tools.cli import main
+from torchloom.tools.doctor import diagnose
+from torchloom.tools.doctor.duplicates import duplicate_groups, hash_pairs, near_pairs
+from torchloom.tools.doctor.examine import examine_files
+from torchloom.tools.doctor.perceptual import hamming
+from torchloom.tools.doctor.schema import REPORT_SCHEMA, validate
+
+COUNTS = {"train": {"a": 10, "b": 5, "c": 3}, "val": {"a": 3, "b": 3, "c": 2}}
+
+
+def _image(seed: int) -> np.ndarray:
+    rng = np.random.default_rng([7, seed])
+    height, width = (int(v) for v in rng.integers(88, 120, 2))
+    return synthetic_image(rng, height, width, label=seed)
+
+
+def _write(path: Path, data: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return str(path)
+
+
+def _plant(root: Path) -> dict[str, object]:
+    """Distinct images per split and class, then one fault of each kind; returns where."""
+    seed = 0
+    for split, classes in COUNTS.items():
+        for name, count in classes.items():
+            for i in range(count):
+                seed += 1
+                _write(root / split / name / f"{i:03d}.jpg", simplejpeg.encode_jpeg(_image(seed), quality=90))
+    whole = simplejpeg.encode_jpeg(_image(1000), quality=90)
+    png = io.BytesIO()
+    Image.fromarray(_image(1001)).save(png, format="PNG")
+    bad = {
+        "truncated": _write(root / "train" / "a" / "truncated.jpg", whole[: len(whole) // 2]),
+        "empty": _write(root / "train" / "b" / "empty.jpg", b""),
+        "not_an_image": _write(root / "val" / "a" / "notes.jpg", b"this is a text file, not a JPEG\n"),
+    }
+    wrong = _write(root / "train" / "c" / "really_a_png.jpg", png.getvalue())
+    exact = (str(root / "train" / "a" / "000.jpg"), str(root / "val" / "a" / "copy.jpg"))
+    Path(exact[1]).write_bytes(Path(exact[0]).read_bytes())
+    original = _image(int(COUNTS["train"]["a"]) + 1)  # train/b/000.jpg
+    smaller = cv2.resize(original, None, fx=0.8, fy=0.8, interpolation=cv2.INTER_AREA)
+    reencoded = _write(root / "val" / "b" / "reencoded.jpg", simplejpeg.encode_jpeg(smaller, quality=55))
+    cropped_source = _image(COUNTS["train"]["a"] + COUNTS["train"]["b"] + 1)  # train/c/000.jpg
+    h, w = cropped_source.shape[:2]
+    crop = cropped_source[h * 4 // 100 : h - h * 3 // 100, w * 3 // 100 : w - w * 4 // 100]
+    cropped = _write(root / "val" / "c" / "cropped.jpg", simplejpeg.encode_jpeg(crop, quality=85))
+    leaks = {
+        frozenset(exact),
+        frozenset({str(root / "train" / "b" / "000.jpg"), reencoded}),
+        frozenset({str(root / "train" / "c" / "000.jpg"), cropped}),
+    }
+    return {"bad": bad, "wrong": wrong, "leaks": leaks}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    root = tmp_path_factory.mktemp("doctor") / "data"
+    return root, _plant(root)
+
+
+def _doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchloom", "doctor", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_finds_every_planted_fault_and_nothing_else(
+    planted: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    root, faults = planted
+    out = tmp_path / "report"
+    result = _doctor(str(root), "--json", "--out", str(out), "--workers", "2")
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert validate(document, REPORT_SCHEMA) == []
+    assert json.loads((out / "report.json").read_text()) == document
+    bad = {f["kind"]: f["path"] for f in document["bad_files"]}
+    assert bad == faults["bad"]
+    assert [f["path"] for f in document["wrong_extension"]] == [faults["wrong"]]
+    assert document["wrong_extension"][0]["format"] == "PNG"
+    pairs = document["duplicates"]["pairs"]
+    assert {frozenset({p["a"]["path"], p["b"]["path"]}) for p in pairs} == faults["leaks"]
+    assert all(p["leak"] and {p["a"]["split"], p["b"]["split"]} == {"train", "val"} for p in pairs)
+    assert sorted(p["exact"] for p in pairs) == [False, False, True]
+    assert document["problems"]["by_kind"] == {
+        "truncated": 1,
+        "empty": 1,
+        "not_an_image": 1,
+        "wrong_extension": 1,
+        "exact_leak": 1,
+        "near_leak": 2,
+    }
+    assert document["problems"]["count"] == 7
+    classes = document["classes"]
+    assert classes["counts"]["train"] == {"a": 11, "b": 6, "c": 4}  # files, bad ones included
+    assert classes["imbalance_ratio"] == pytest.approx(11 / 4)
+    assert classes["sampler"].startswith("BalancedSampler(dataset.targets")
+    assert len(document["normalize"]["mean"]) == 3 and "Normalize(mean=(" in document["normalize"]["call"]
+    assert document["images"]["modes"] == {"RGB": document["images"]["readable"]}
+    for name in document["plots"]:
+        pixels = np.asarray(Image.open(out / name).convert("L"))
+        assert pixels.std() > 5, f"{name} looks blank"
+    assert "classes.png" in document["plots"] and "image_sizes.png" in document["plots"]
+    assert sum(name.startswith("duplicates") for name in document["plots"]) == 3
+
+
+def test_cli_tables_clean_data_and_usage_errors(
+    planted: tuple[Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = planted
+    clean = tmp_path / "clean"
+    for i in range(6):
+        _write(clean / f"class_{i % 2}" / f"{i}.jpg", simplejpeg.encode_jpeg(_image(500 + i)))
+    assert main(["doctor", str(clean), "--out", str(tmp_path / "clean_report"), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "no problems found" in printed and "Normalize(mean=(" in printed
+    assert "\x1b[" not in printed  # output that is not a terminal is plain text
+    assert main(["doctor", str(root), "--out", str(tmp_path / "tables"), "--no-plots"]) == 1
+    printed = capsys.readouterr().out
+    assert "LEAK" in printed and "PROBLEMS: 7" in printed
+    assert f"report written to {tmp_path / 'tables'}/" in printed
+    missing = _doctor(str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_diagnose_api_and_manifest_layout(tmp_path: Path) -> None:
+    rows = ["image,label,split"]
+    for i in range(4):
+        _write(tmp_path / "img" / f"{i}.jpg", simplejpeg.encode_jpeg(_image(900 + i)))
+        rows.append(f"img/{i}.jpg,{'cat' if i % 2 else 'dog'},{'train' if i < 3 else 'val'}")
+    (tmp_path / "img" / "dup.jpg").write_bytes((tmp_path / "img" / "0.jpg").read_bytes())
+    rows.append("img/dup.jpg,dog,train")
+    (tmp_path / "m.csv").write_text("\n".join(rows) + "\n")
+    report = diagnose(tmp_path / "m.csv", workers=1)
+    assert report.document["data"]["layout"] == "manifest"
+    assert report.document["classes"]["counts"] == {
+        "train": {"cat": 1, "dog": 3},
+        "val": {"cat": 1, "dog": 0},
+    }
+    assert len(report.problems) == 1 and "duplicate in train" in report.problems[0]
+    assert validate(json.loads(report.to_json()), REPORT_SCHEMA) == []
+    out = tmp_path / "report"
+    report.write(str(out))
+    assert (out / "duplicates" / "pair_000.png").exists()
+    (tmp_path / "img" / "dup.jpg").unlink()  # fixed: a rerun leaves no picture of the old pair
+    (tmp_path / "m.csv").write_text("\n".join(rows[:-1]) + "\n")
+    diagnose(tmp_path / "m.csv", workers=1).write(str(out))
+    assert not list((out / "duplicates").glob("*.png")) and (out / "classes.png").exists()
+
+
+def test_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    facts = examine_files([str(fifo)])
+    assert facts.problem.tolist() == ["unreadable"] and "FIFO" in str(facts.reason[0])
+
+
+def test_duplicate_groups_for_prepare(tmp_path: Path) -> None:
+    paths = [_write(tmp_path / f"{i}.jpg", simplejpeg.encode_jpeg(_image(300 + i))) for i in range(4)]
+    paths.append(_write(tmp_path / "copy.jpg", Path(paths[2]).read_bytes()))
+    smaller = cv2.resize(_image(300), None, fx=0.7, fy=0.7, interpolation=cv2.INTER_AREA)
+    paths.append(_write(tmp_path / "small.jpg", simplejpeg.encode_jpeg(smaller, quality=60)))
+    assert duplicate_groups(paths) == [[0, 5], [2, 4]]
+    assert duplicate_groups(paths, near=False) == [[2, 4]]
+
+
+@pytest.mark.parametrize("max_distance", [0, 3, 8, 12])
+def test_near_search_matches_brute_force(max_distance: int) -> None:
+    rng = np.random.default_rng(max_distance)
+    base = rng.integers(0, 2**63, 400, dtype=np.int64).astype(np.uint64)
+    flips = [
+        np.bitwise_or.reduce(np.uint64(1) << rng.choice(64, k, replace=False).astype(np.uint64))
+        for k in range(14)
+    ]
+    planted = np.array([base[i] ^ flips[i % 14] for i in range(60)], dtype=np.uint64)
+    hashes = np.unique(np.concatenate([base, planted]))
+    distances = hamming(hashes[:, None], hashes[None, :])
+    expected = {
+        (int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(distances <= max_distance, 1)), strict=True)
+    }
+    assert {tuple(pair) for pair in hash_pairs(hashes, max_distance).tolist()} == expected
+    with_copies = np.concatenate([hashes, hashes[:2]])
+    assert len(near_pairs(with_copies, max_distance=max_distance)) == len(expected) + 2
+
+
+def test_same_grey_layout_in_other_colours_is_not_a_near_duplicate(tmp_path: Path) -> None:
+    # The grey hash alone pairs different pictures that share where light and dark lie; the
+    # colour thumbnail must keep them apart, while a re-encoded copy still pairs.
+    rng = np.random.default_rng(7)
+    layout = cv2.resize(rng.integers(0, 256, (8, 8), dtype=np.uint8), (96, 96), interpolation=cv2.INTER_CUBIC)
+    red = np.stack([layout, layout // 4, layout // 4], axis=2)
+    green = np.stack([layout // 4, layout, layout // 4], axis=2)
+    paths = []
+    for name, image, quality in (("red", red, 95), ("green", green, 95), ("red-copy", red, 60)):
+        path = tmp_path / f"{name}.jpg"
+        path.write_bytes(simplejpeg.encode_jpeg(np.ascontiguousarray(image), quality=quality))
+        paths.append(str(path))
+    facts = examine_files(paths)
+    assert int(hamming(facts.phash[0], facts.phash[1])) <= 10  # the hash alone would pair them
+    assert duplicate_groups(paths) == [[0, 2]]
+
+
+def test_chunked_examination_matches_the_one_image_functions(tmp_path: Path) -> None:
+    # examine_files measures a chunk of images in a few stacked calls; each row must equal what the
+    # one-image functions give that image (shrunk or not, grey, PNG, odd sizes, a broken file).
+    from torchloom.io import read_image
+    from torchloom.tools.doctor.perceptual import colour_thumbnail, phash
+    from torchloom.tools.doctor.quality import is_grayscale, pixel_scores, shrink
+
+    rng = np.random.default_rng(3)
+    paths = []
+    for number, (height, width) in enumerate(
+        [(64, 64), (64, 64), (200, 150), (97, 131), (48, 64), (300, 300)]
+    ):
+        image = synthetic_image(rng, height, width, number % 3)
+        if number == 4:
+            image = np.repeat(image.mean(axis=2, keepdims=True).astype(np.uint8), 3, axis=2)
+        path = tmp_path / f"{number}.{'png' if number == 3 else 'jpg'}"
+        if number == 3:
+            Image.fromarray(image).save(path)
+        else:
+            path.write_bytes(simplejpeg.encode_jpeg(np.ascontiguousarray(image), quality=90))
+        paths.append(str(path))
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 50)
+    paths.append(str(tmp_path / "broken.jpg"))
+    facts = examine_files(paths, workers=2)
+    assert not facts.readable[-1]
+    for row, path in enumerate(paths[:-1]):
+        full = read_image(path)
+        small = shrink(read_image(path, min_size=(64, 64)))
+        assert facts.phash[row] == phash(full) or int(hamming(facts.phash[row], np.uint64(phash(full)))) <= 2
+        np.testing.assert_allclose(facts.scores[row], pixel_scores(small), atol=1e-5)
+        assert facts.grayscale[row] == is_grayscale(small)
+        assert np.abs(facts.thumbnail[row].astype(int) - colour_thumbnail(small)).max() <= 1

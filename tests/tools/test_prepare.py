@@ -1,0 +1,240 @@
+"""``torchloom prepare``: labels, a deterministic stratified split, manifests, materialized folders."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import write_jpeg
+from torchloom import FolderDataset, ManifestDataset
+from torchloom.testing import write_class_folders
+from torchloom.tools.cli import main
+from torchloom.tools.prepare.split import split_bounds, stratified_split
+
+COUNTS = (40, 21, 9)
+CLASSES = ("scratch", "ok", "dent")
+FRACTIONS = (0.8, 0.1, 0.1)
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Path:
+    """Three imbalanced classes of small JPEGs plus a text file, in class-named folders."""
+    root = tmp_path / "raw"
+    write_class_folders(root, COUNTS, size=(24, 24), class_names=CLASSES, progress=False)
+    (root / "notes.txt").write_text("not an image")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
+    """Content hash, mtime (ns) and size of every file under ``root``."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            found[str(path.relative_to(root))] = (
+                hashlib.blake2b(path.read_bytes()).hexdigest(),
+                stat.st_mtime_ns,
+                stat.st_size,
+            )
+    return found
+
+
+def label_map(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.parent.name for p in sorted(root.rglob("*.jpg"))}
+
+
+def prepare(*args: str | Path) -> int:
+    return main(["prepare", *map(str, args)])
+
+
+def manifest(out: Path) -> dict[str, dict[str, object]]:
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    return {str(row["source"]): row for row in rows}
+
+
+def test_end_to_end_identical_runs_stratified_raw_untouched(raw: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps(label_map(raw)))
+    before = snapshot(raw)
+    results = []
+    for out in (tmp_path / "a", tmp_path / "b"):
+        command = [sys.executable, "-m", "torchloom", "prepare", str(raw), "--labels", str(labels)]
+        done = subprocess.run(
+            [*command, "--out", str(out), "--split", "0.8,0.1,0.1", "--seed", "3", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        results.append(json.loads(done.stdout))
+    assert results[0]["counts"] == results[1]["counts"]
+    assert manifest(tmp_path / "a") == manifest(tmp_path / "b")
+    assert (tmp_path / "a" / "manifest.csv").read_bytes() == (tmp_path / "b" / "manifest.csv").read_bytes()
+    for label, count in zip(CLASSES, COUNTS, strict=True):
+        got = [results[0]["counts"][label][name] for name in ("train", "val", "test")]
+        assert sum(got) == count
+        assert np.all(np.abs(np.array(got) - count * np.array(FRACTIONS)) < 1), (label, got)
+    assert snapshot(raw) == before
+    rows = manifest(tmp_path / "a")
+    assert all(len(str(row["blake2b"])) == 32 for row in rows.values())
+    dataset = ManifestDataset(tmp_path / "a" / "manifest.parquet", root=raw, progress=False)
+    assert len(dataset) == sum(COUNTS) and dataset.classes == sorted(CLASSES)
+    assert dataset[0]["image"].shape == (3, 24, 24)
+    assert len(ManifestDataset(tmp_path / "a" / "manifest.csv", root=raw, progress=False)) == sum(COUNTS)
+
+
+def test_adding_files_keeps_old_splits_except_rebalanced(raw: Path, tmp_path: Path) -> None:
+    rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/", "--rule", "dent:dent/"]
+    assert prepare(raw, *rules, "--out", tmp_path / "before") == 0
+    write_class_folders(
+        tmp_path / "more", (12, 6, 3), size=(24, 24), class_names=CLASSES, seed=7, progress=False
+    )
+    for path in (tmp_path / "more").rglob("*.jpg"):
+        shutil.copy(path, raw / path.parent.name / f"new_{path.name}")
+    assert prepare(raw, *rules, "--out", tmp_path / "after") == 0
+    before, after = manifest(tmp_path / "before"), manifest(tmp_path / "after")
+    assert len(after) == len(before) + 21
+    changed = [path for path in before if before[path]["split"] != after[path]["split"]]
+    # Only balancing moves old files (see torchloom.tools.prepare.split): 5 of 70 here, after adding 21.
+    assert all(before[path]["rebalanced"] or after[path]["rebalanced"] for path in changed)
+    assert len(changed) <= 7, changed
+
+
+def test_split_rule_bounds_and_fewest_moves() -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        sizes = rng.integers(0, 60, size=4)
+        classes = np.repeat(np.arange(4), sizes)
+        keys = [f"t{trial}/{i}.jpg" for i in range(len(classes))]
+        fractions = (0.7, 0.2, 0.1) if trial % 2 else (0.5, 0.5)
+        result = stratified_split(keys, classes, fractions, seed=trial)
+        for label in range(4):
+            counts = np.bincount(result.split[classes == label], minlength=len(fractions))
+            start = np.bincount(result.hash_split[classes == label], minlength=len(fractions))
+            low, high = split_bounds(int(sizes[label]), fractions)
+            assert np.all((low <= counts) & (counts <= high))
+            fewest = max(np.maximum(start - high, 0).sum(), np.maximum(low - start, 0).sum())
+            assert result.rebalanced[classes == label].sum() == fewest
+
+
+def test_unknown_unmatched_and_ambiguous_are_reported(
+    raw: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entries = label_map(raw)
+    del entries["ok/000003.jpg"]
+    entries["gone/missing.jpg"] = "ok"
+    labels = tmp_path / "labels.csv"
+    with open(labels, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["file", "class"])
+        writer.writerows(entries.items())
+    assert prepare(raw, "--labels", labels, "--out", tmp_path / "out") == 1
+    printed = capsys.readouterr().out
+    assert "unmatched: 1" in printed and "ok/000003.jpg" in printed
+    assert "unknown label entry: 1" in printed and "gone/missing.jpg" in printed
+    with open(tmp_path / "out" / "problems.csv") as handle:
+        problems = list(csv.DictReader(handle))
+    assert {(p["kind"], p["name"]) for p in problems} == {
+        ("unmatched", "ok/000003.jpg"),
+        ("unknown label entry", "gone/missing.jpg"),
+    }
+    assert len(manifest(tmp_path / "out")) == sum(COUNTS) - 1
+    write_jpeg(raw / "scratch_ok.jpg")
+    assert (
+        prepare(raw, "--rule", "scratch:scratch", "--rule", "ok:ok", "--out", tmp_path / "r", "--json") == 1
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in report["problems"]["ambiguous"]] == ["scratch_ok.jpg"]
+    assert len(report["problems"]["unmatched"]) == COUNTS[2]  # dent has no rule
+    assert "scratch_ok.jpg" not in manifest(tmp_path / "r")
+
+
+@pytest.mark.parametrize("mode", ["link", "copy"])
+def test_materialize_class_folders(raw: Path, tmp_path: Path, mode: str) -> None:
+    write_jpeg(raw / "extra" / "a" / "same.jpg", seed=1)
+    write_jpeg(raw / "extra" / "b" / "SAME.jpg", seed=2)
+    before = snapshot(raw)
+    out = tmp_path / "out"
+    rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/,extra/", "--rule", "dent:dent/"]
+    args = [raw, *rules, "--out", out, "--materialize", mode, "--split", "0.5,0.5"]
+    assert prepare(*args) == 0
+    assert prepare(*args) == 0  # a rerun replaces its own split folders
+    assert snapshot(raw) == before
+    rows = manifest(out)
+    for source, row in rows.items():
+        target, original = out / str(row["image"]), raw / source
+        assert str(row["image"]).startswith(f"{row['split']}/{row['label']}/")
+        assert target.read_bytes() == original.read_bytes()
+        assert (target.stat().st_ino == original.stat().st_ino) == (mode == "link")
+    same = [str(rows[s]["image"]) for s in ("extra/a/same.jpg", "extra/b/SAME.jpg")]
+    assert len({name.casefold() for name in same}) == 2 and all("__" in name for name in same)
+    dataset = ManifestDataset(out / "manifest.parquet", progress=False)  # read as is
+    assert len(dataset) == sum(COUNTS) + 2
+    train = FolderDataset(out / "train", progress=False)
+    assert len(train) == sum(1 for row in rows.values() if row["split"] == "train")
+    assert not (out / ".torchloom-prepare-staging").exists()
+
+
+def test_group_duplicates_keeps_copies_in_one_split(raw: Path, tmp_path: Path) -> None:
+    planted = [raw / "scratch" / f"{i:06d}.jpg" for i in range(0, 40, 4)]
+    for number, original in enumerate(planted):
+        for copy in range(2):
+            shutil.copy(original, raw / "scratch" / f"copy{copy}_{number}.jpg")
+    rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/", "--rule", "dent:dent/"]
+    out = tmp_path / "out"
+    assert prepare(raw, *rules, "--out", out, "--group-duplicates") == 0
+    rows = manifest(out)
+    for number, original in enumerate(planted):
+        members = [f"scratch/{original.name}", *(f"scratch/copy{c}_{number}.jpg" for c in range(2))]
+        assert len({rows[m]["split"] for m in members}) == 1, members
+        assert (
+            len({rows[m]["duplicate_group"] for m in members}) == 1
+            and rows[members[0]]["duplicate_group"] >= 0
+        )
+
+
+def test_usage_errors_exit_2(raw: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "out")
+    assert prepare(raw, "--rule", "ok", "--out", out) == 2
+    assert "LABEL:substr1,substr2" in capsys.readouterr().err
+    assert prepare(raw, "--rule", "ok:ok", "--out", out, "--split", "0.8,0.3") == 2
+    assert "sums to 1.1" in capsys.readouterr().err
+    assert prepare(tmp_path / "nowhere", "--rule", "ok:ok", "--out", out) == 2
+    assert prepare(raw, "--labels", tmp_path / "none.json", "--out", out) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert prepare(raw, "--rule", "ok:ok", "--out", raw / "inside") == 2
+    assert "inside RAW" in capsys.readouterr().err
+    (tmp_path / "mine" / "train").mkdir(parents=True)
+    assert prepare(raw, "--rule", "ok:ok", "--out", tmp_path / "mine", "--materialize", "copy") == 2
+    assert (tmp_path / "mine" / "train").exists() and not (raw / "inside").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"ok/000001.jpg": ["ok"]}')
+    assert prepare(raw, "--labels", bad, "--out", out) == 1
+    assert "labels must be non-empty strings" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        prepare(raw, "--rule", "ok:ok", "--labels", bad, "--out", out)
+    assert exit_info.value.code == 2
+
+
+def test_link_falls_back_to_copy_across_devices(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cross_device(source: str, target: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link", source)
+
+    monkeypatch.setattr(os, "link", cross_device)
+    rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/", "--rule", "dent:dent/"]
+    assert prepare(raw, *rules, "--out", tmp_path / "out", "--materialize", "link", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["copied_instead_of_linked"] == sum(COUNTS)
+    assert len(list((tmp_path / "out").rglob("*.jpg"))) == sum(COUNTS)
