@@ -27,7 +27,8 @@ from benchmarks.common import Measurement, interleave, loader_rate
 from benchmarks.loader_bench import thread_loader_rate
 from benchmarks.memory import smaps_kib
 from benchmarks.pipeline import CROP, NaiveDataset, paired_ratio
-from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, RandomResizedCrop, collate
+from torchloom import DecodedCache, FolderDataset, collate
+from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop
 
 
 @dataclass

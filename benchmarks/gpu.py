@@ -27,17 +27,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from benchmarks.pipeline import CROP, NaiveDataset
-from torchloom import (
-    Compose,
-    DecodedCache,
-    FolderDataset,
-    HorizontalFlip,
-    Loader,
-    Normalize,
-    RandomResizedCrop,
-    collate,
-)
+from torchloom import DecodedCache, FolderDataset, Loader, collate
 from torchloom.testing import write_class_folders
+from torchloom.transforms import Compose, HorizontalFlip, Normalize, RandomResizedCrop
 
 BATCH = 256
 MEAN = (0.485, 0.456, 0.406)

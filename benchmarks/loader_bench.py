@@ -18,7 +18,8 @@ from torch.utils.data import Dataset
 
 from benchmarks.common import Measurement, chunks, count_items, interleave, loader_rate
 from benchmarks.pipeline import CROP, bare_work, paired_ratio
-from torchloom import Compose, FolderDataset, HorizontalFlip, Loader, RandomResizedCrop, collate
+from torchloom import FolderDataset, Loader, collate
+from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop
 
 
 def bare_thread_rate(paths: list[str], threads: int) -> list[float]:

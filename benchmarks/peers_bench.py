@@ -43,8 +43,9 @@ import numpy as np
 from benchmarks.common import Measurement, epoch_rate, interleave, shuffled_loader
 from benchmarks.peers import PEER_MODULES, draw_box
 from benchmarks.pipeline import CROP, paired_ratio, ratio_range
-from torchloom import Compose, DecodedCache, FolderDataset, HorizontalFlip, Loader, RandomResizedCrop, collate
+from torchloom import DecodedCache, FolderDataset, Loader, collate
 from torchloom.testing import write_class_folders
+from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop
 
 GOAL = 2.0
 BATCH = 64

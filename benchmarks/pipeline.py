@@ -24,10 +24,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from benchmarks.common import Measurement, chunks, interleave, loader_rate
-from torchloom import Compose, FolderDataset, HorizontalFlip, RandomResizedCrop, collate
+from torchloom import FolderDataset, collate
 from torchloom.io.image import decode_image, probe_image, read_bytes
 from torchloom.seeding import sample_rng
-from torchloom.transforms import plan_transform, to_chw_tensor
+from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop, plan_transform, to_chw_tensor
 
 CROP = 224
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)

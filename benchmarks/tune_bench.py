@@ -20,18 +20,10 @@ from torch.utils.data import DataLoader
 
 from benchmarks.common import cpu_count
 from benchmarks.pipeline import CROP, NaiveDataset
-from torchloom import (
-    Compose,
-    FolderDataset,
-    HorizontalFlip,
-    LoaderProfiler,
-    Normalize,
-    RandomResizedCrop,
-    collate,
-    tune,
-)
+from torchloom import FolderDataset, LoaderProfiler, collate, tune
 from torchloom.loader.autotune import Trial, _build, _rate
 from torchloom.tools.demo.run import IMAGE_FEATURES, tiny_image_trunk
+from torchloom.transforms import Compose, HorizontalFlip, Normalize, RandomResizedCrop
 
 SLICE_S = 3.0
 BATCH = 64

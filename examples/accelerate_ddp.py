@@ -39,6 +39,10 @@ def main() -> None:
             optimizer.step()
             optimizer.zero_grad()
     record.write(folder, accelerator.process_index, accelerator.num_processes)
+    # Every rank done before the process group goes: a rank leaving with gloo's group alive aborts
+    # (SIGABRT) at interpreter exit when the other rank is still using it.
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import simplejpeg
 from torch.utils.data import DataLoader
 
 import torchloom as tl
+from torchloom.datasets import Key
+from torchloom.fusion import JoinedDataset
 from torchloom.testing import synthetic_image
 
 CATEGORIES = ("bolt", "nut", "washer")
@@ -76,13 +78,13 @@ class TokenizeThenPad:
 
 def build_loader(
     root: str, batch_size: int = 8, num_workers: int = 2
-) -> tuple[tl.JoinedDataset, DataLoader[Any]]:
+) -> tuple[JoinedDataset, DataLoader[Any]]:
     photos = tl.ManifestDataset(
         os.path.join(root, "photos.csv"),
-        fields=[tl.Key("id"), tl.Image("photo"), tl.Label("category", classes=list(CATEGORIES))],
+        fields=[Key("id"), tl.Image("photo"), tl.Label("category", classes=list(CATEGORIES))],
         progress=False,
     )
-    joined = tl.JoinedDataset(
+    joined = JoinedDataset(
         {
             "photo": photos,
             "prices": os.path.join(root, "prices.csv"),

@@ -14,6 +14,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 import torchloom as tl
+from torchloom.fusion import TimeSync
 
 WINDOW = 8
 
@@ -29,8 +30,8 @@ def recording(seed: int, seconds: float = 20.0) -> dict[str, tuple[np.ndarray, n
     return {"camera": (camera_t, np.arange(len(camera_t))), "imu": (imu_t, imu_v)}
 
 
-def fused(seed: int) -> tl.TimeSync:
-    return tl.TimeSync(
+def fused(seed: int) -> TimeSync:
+    return TimeSync(
         recording(seed), reference="camera", tolerance=0.05, policy="interpolate", on_gap="mask"
     )
 

@@ -14,21 +14,18 @@ import torch
 
 from conftest import write_jpeg
 from torchloom import (
-    CollateError,
     FolderDataset,
     Image,
     Label,
     ManifestDataset,
-    ManifestError,
     Numeric,
-    PathOutsideRootError,
     SampleError,
     SampleKey,
-    StringColumn,
     Text,
-    ValidationFailedError,
     collate,
 )
+from torchloom.datasets import StringColumn
+from torchloom.errors import CollateError, ManifestError, PathOutsideRootError, ValidationFailedError
 
 
 def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
@@ -158,7 +155,7 @@ def test_bugs_in_transforms_keep_their_type_and_name_the_sample(clean_folders: P
 
 
 def test_negative_sample_key_keeps_its_epoch(clean_folders: Path) -> None:
-    from torchloom import Compose, RandomResizedCrop
+    from torchloom.transforms import Compose, RandomResizedCrop
 
     dataset = FolderDataset(clean_folders, transform=Compose([RandomResizedCrop(16)]), progress=False)
     last = len(dataset) - 1

@@ -21,9 +21,7 @@ from torchloom import (
     FaultReport,
     FolderDataset,
     Image,
-    JoinedDataset,
     Label,
-    Lambda,
     ManifestDataset,
     MixtureSampler,
     Numeric,
@@ -34,9 +32,11 @@ from torchloom import (
     collate,
 )
 from torchloom.datasets.index import check_image_file
-from torchloom.errors import DecodeError, ManifestError, TransformError, UnsafeFileError
-from torchloom.faults import Skipped, SkippedSampleError
+from torchloom.errors import DecodeError, ManifestError, SkippedSampleError, TransformError, UnsafeFileError
+from torchloom.faults import Skipped
+from torchloom.fusion import JoinedDataset
 from torchloom.io.image import MAX_HEADER_BYTES
+from torchloom.transforms import Lambda
 
 WORKERS = [0, 2]
 
@@ -305,7 +305,7 @@ def test_a_transform_bug_under_skip_fails_the_run_naming_the_sample(tmp_path: Pa
 
 
 def test_a_one_argument_transform_is_refused_with_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(TransformError, match=r"torchloom\.Lambda\(your_transform\)"):
+    with pytest.raises(TransformError, match=r"torchloom\.transforms\.Lambda\(your_transform\)"):
         FolderDataset(folder_with(tmp_path), transform=lambda image: image, progress=False)
 
 
@@ -322,7 +322,7 @@ def test_the_default_collate_meeting_a_skipped_sample_names_the_fix(
 
 
 def test_collate_conversion_failures_name_the_field() -> None:
-    from torchloom.collate.auto import CollateError
+    from torchloom.errors import CollateError
 
     with pytest.raises(CollateError, match=r"batch\.big"):
         collate([{"big": 2**70}, {"big": 1}])

@@ -20,13 +20,14 @@ from torchloom.datasets.video import VideoClipDataset
 from torchloom.errors import (
     ConfigError,
     DecodeError,
+    HeaderError,
     MissingFileError,
     SampleError,
     TransformError,
     UnsafeFileError,
 )
 from torchloom.io.envi import open_envi, write_envi
-from torchloom.io.envi_header import HeaderError, parse_header
+from torchloom.io.envi_header import parse_header
 from torchloom.io.volume import probe_volume, read_volume
 from torchloom.tools.prepare.materialize import MAX_NAME_BYTES, check_folder_name, target_names
 from torchloom.tools.show import command as show

@@ -17,7 +17,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from distributed import run_ranks
-from torchloom import BalancedSampler, BatchKeySampler, StreamDataset
+from torchloom import BalancedSampler, StreamDataset
+from torchloom.samplers import BatchKeySampler
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 LABELS = np.repeat([0, 1, 2], [60, 20, 10])  # as examples/distributed_common.py

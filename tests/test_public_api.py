@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -12,16 +14,81 @@ from pathlib import Path
 import pytest
 
 import torchloom
+import torchloom.errors
 from torchloom.tools.cli import main
 from torchloom.tools.demo.run import run_demo
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.parametrize("name", torchloom.__all__)
-def test_every_public_name_imports(name: str) -> None:
-    module = importlib.import_module("torchloom")
-    assert getattr(module, name) is not None
+SUBPACKAGES = (
+    "torchloom.io",
+    "torchloom.datasets",
+    "torchloom.transforms",
+    "torchloom.collate",
+    "torchloom.samplers",
+    "torchloom.fusion",
+    "torchloom.streaming",
+    "torchloom.cache",
+    "torchloom.loader",
+    "torchloom.resume",
+    "torchloom.errors",
+    "torchloom.tools.doctor",
+    "torchloom.tools.prepare",
+    "torchloom.tools.show",
+    "torchloom.tools.bench",
+    "torchloom.tools.demo",
+)
+
+
+def test_the_core_api_is_small_and_every_name_imports() -> None:
+    assert len(torchloom.__all__) <= 40
+    assert len(set(torchloom.__all__)) == len(torchloom.__all__)
+    for name in torchloom.__all__:
+        assert getattr(torchloom, name) is not None, name
+
+
+@pytest.mark.parametrize("module_name", SUBPACKAGES)
+def test_every_subpackage_name_imports(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    assert module.__all__, module_name
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"{module_name}.{name}"
+
+
+def test_domain_names_live_in_their_subpackages_not_the_core() -> None:
+    homes = {
+        "EnviCube": "torchloom.io",
+        "HyperspectralDataset": "torchloom.datasets",
+        "VideoClipDataset": "torchloom.datasets",
+        "spatial_block_split": "torchloom.datasets",
+        "PCA": "torchloom.transforms",
+        "TimeSync": "torchloom.fusion",
+        "diagnose": "torchloom.tools.doctor",
+    }
+    for name, home in homes.items():
+        assert name not in torchloom.__all__
+        assert name in importlib.import_module(home).__all__
+
+
+def _package_modules() -> list[str]:
+    return [info.name for info in pkgutil.walk_packages(torchloom.__path__, "torchloom.")]
+
+
+def test_every_error_type_is_exported_from_torchloom_errors() -> None:
+    defined: set[type[BaseException]] = set()
+    for module_name in _package_modules():
+        module = importlib.import_module(module_name)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, torchloom.TorchloomError):
+                defined.add(value)
+    exported = {getattr(torchloom.errors, name) for name in torchloom.errors.__all__}
+    assert defined <= exported, sorted(error.__name__ for error in defined - exported)
+    assert all(error.__module__ == "torchloom.errors" for error in defined)
+
+
+def test_the_version_is_written_once() -> None:
+    assert importlib.metadata.version("torchloom") == torchloom.__version__
 
 
 def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:

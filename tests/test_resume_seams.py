@@ -13,8 +13,9 @@ import pytest
 
 from resume import Setup, Subject, check_every_seam
 from subjects import SAMPLERS, sampler_subject, write_shards
-from torchloom import StreamDataset, SyncedRecordings
-from torchloom.resume.state import StateMismatchError
+from torchloom import StreamDataset
+from torchloom.errors import StateMismatchError
+from torchloom.fusion import SyncedRecordings
 from torchloom.samplers import KeySampler
 
 SETUPS = {
@@ -220,7 +221,8 @@ def test_stream_state_right_after_load_and_after_a_shard_jump(tmp_path: Path) ->
 
 
 def test_golden_sample_rng_and_crop_box() -> None:
-    from torchloom import RandomResizedCrop, sample_rng
+    from torchloom import sample_rng
+    from torchloom.transforms import RandomResizedCrop
 
     assert sample_rng(7, 3, 11).integers(0, 10**6, 4).tolist() == [415999, 484750, 420248, 778768]
     box = RandomResizedCrop(224).draw_box(480, 640, sample_rng(0, 1, 5))

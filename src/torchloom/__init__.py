@@ -1,182 +1,79 @@
 """torchloom: messy, multi-source data into fast, correct PyTorch batches.
 
+The core API, below, is what most training scripts need. Each subpackage holds the rest of its
+concern: :mod:`torchloom.io` (readers: ENVI and HDF5 cubes, video, volumes, tables),
+:mod:`torchloom.datasets` (hyperspectral, video and volume datasets, the sample index),
+:mod:`torchloom.transforms`, :mod:`torchloom.collate`, :mod:`torchloom.samplers`,
+:mod:`torchloom.fusion` (joins and time alignment), :mod:`torchloom.streaming`,
+:mod:`torchloom.cache`, :mod:`torchloom.loader`, :mod:`torchloom.resume`,
+:mod:`torchloom.tools` (doctor, prepare, show, bench, demo) and :mod:`torchloom.errors` (every
+error type).
+
 Example:
     >>> import torchloom
-    >>> "FolderDataset" in torchloom.__all__
+    >>> "FolderDataset" in torchloom.__all__ and len(torchloom.__all__) <= 40
     True
 """
 
-from torchloom.cache import CacheReport, DecodedCache, LRUCache
-from torchloom.collate import (
-    AsList,
-    Collate,
-    CollateError,
-    CropOrPadVolumes,
-    PadImages,
-    PadSequences,
-    Stack,
-    collate,
-)
+from torchloom.cache import DecodedCache, LRUCache
+from torchloom.collate import AsList, Collate, PadImages, PadSequences, Stack, collate
 from torchloom.datasets import (
     FolderDataset,
-    HyperspectralDataset,
     Image,
-    Key,
     Label,
     ManifestDataset,
     MixedDataset,
     Numeric,
     TableDataset,
     Text,
-    VideoClipDataset,
-    VolumeDataset,
     WindowDataset,
-    spatial_block_split,
 )
-from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
-from torchloom.errors import (
-    DecodeError,
-    EmptyDatasetError,
-    ManifestError,
-    PathOutsideRootError,
-    SampleError,
-    TorchloomError,
-    ValidationFailedError,
-)
+from torchloom.errors import ConfigError, DataError, SampleError, TorchloomError
 from torchloom.faults import FaultPolicy, FaultReport, Skipped
-from torchloom.fusion import (
-    JoinedDataset,
-    JoinError,
-    JoinReport,
-    SyncedRecordings,
-    SyncReport,
-    TimestampError,
-    TimeSync,
-)
-from torchloom.io import (
-    EnviCube,
-    Hdf5Cube,
-    HeaderError,
-    open_envi,
-    read_frames,
-    read_image,
-    read_table,
-    read_volume,
-)
-from torchloom.loader import Loader, LoaderProfiler, ProfileReport, TuneResult, tune
-from torchloom.resume.state import StateMismatchError
-from torchloom.samplers import (
-    BalancedSampler,
-    BatchKeySampler,
-    IndexSampler,
-    MixtureSampler,
-    WeightedSampler,
-    WindowSampler,
-)
+from torchloom.io import read_image
+from torchloom.loader import Loader, LoaderProfiler, tune
+from torchloom.samplers import BalancedSampler, IndexSampler, MixtureSampler, WeightedSampler, WindowSampler
 from torchloom.seeding import SampleKey, sample_rng
 from torchloom.streaming import StreamDataset
-from torchloom.tools.doctor import DoctorReport, diagnose
-from torchloom.transforms import (
-    PCA,
-    CenterCrop,
-    Compose,
-    HorizontalFlip,
-    Lambda,
-    Normalize,
-    RandomBands,
-    RandomResizedCrop,
-    Resize,
-    SelectBands,
-    ToTensor,
-    TransformError,
-    WavelengthBands,
-)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PCA",
     "AsList",
     "BalancedSampler",
-    "BatchKeySampler",
-    "CacheReport",
-    "CenterCrop",
     "Collate",
-    "CollateError",
-    "Compose",
-    "CropOrPadVolumes",
-    "DatasetReport",
-    "DecodeError",
+    "ConfigError",
+    "DataError",
     "DecodedCache",
-    "DoctorReport",
-    "EmptyDatasetError",
-    "EnviCube",
     "FaultPolicy",
     "FaultReport",
     "FolderDataset",
-    "Hdf5Cube",
-    "HeaderError",
-    "HorizontalFlip",
-    "HyperspectralDataset",
     "Image",
     "IndexSampler",
-    "JoinError",
-    "JoinReport",
-    "JoinedDataset",
-    "Key",
     "LRUCache",
     "Label",
-    "Lambda",
     "Loader",
     "LoaderProfiler",
     "ManifestDataset",
-    "ManifestError",
     "MixedDataset",
     "MixtureSampler",
-    "Normalize",
     "Numeric",
     "PadImages",
     "PadSequences",
-    "PathOutsideRootError",
-    "ProfileReport",
-    "RandomBands",
-    "RandomResizedCrop",
-    "Resize",
     "SampleError",
-    "SampleIndex",
     "SampleKey",
-    "SelectBands",
     "Skipped",
     "Stack",
-    "StateMismatchError",
     "StreamDataset",
-    "StringColumn",
-    "SyncReport",
-    "SyncedRecordings",
     "TableDataset",
     "Text",
-    "TimeSync",
-    "TimestampError",
-    "ToTensor",
     "TorchloomError",
-    "TransformError",
-    "TuneResult",
-    "ValidationFailedError",
-    "VideoClipDataset",
-    "VolumeDataset",
-    "WavelengthBands",
     "WeightedSampler",
     "WindowDataset",
     "WindowSampler",
     "__version__",
     "collate",
-    "diagnose",
-    "open_envi",
-    "read_frames",
     "read_image",
-    "read_table",
-    "read_volume",
     "sample_rng",
-    "spatial_block_split",
     "tune",
 ]

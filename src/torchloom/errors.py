@@ -1,6 +1,9 @@
-"""Typed errors raised by torchloom.
+"""Typed errors raised by torchloom: every one a user may catch, in one place.
 
 Every error names what failed (a file, a sample, a column) and, where one exists, the fix.
+:class:`TorchloomError` is the base of them all. :class:`DataError` marks bad input (a fault
+policy may skip it); the others are settings, usage or bugs, and always propagate. Subpackages
+re-export the errors of their own concern (``torchloom.cache.CacheError``), defined here.
 
 Example:
     >>> from torchloom.errors import DecodeError
@@ -15,6 +18,37 @@ import ast
 import os
 import re
 from collections.abc import Sequence
+
+__all__ = [
+    "CacheError",
+    "CacheSpaceError",
+    "CollateError",
+    "ConfigError",
+    "CorruptCacheError",
+    "DataError",
+    "DecodeError",
+    "DistributedSetupError",
+    "EmptyDatasetError",
+    "FieldNotFoundError",
+    "HeaderError",
+    "JoinError",
+    "ManifestError",
+    "MissingFileError",
+    "MissingPlotError",
+    "NotACacheError",
+    "PathOutsideRootError",
+    "SampleError",
+    "SampleIndexError",
+    "SkippedSampleError",
+    "StaleCacheError",
+    "StateMismatchError",
+    "TimestampError",
+    "TorchloomError",
+    "TransformError",
+    "UnsafeFileError",
+    "UsageError",
+    "ValidationFailedError",
+]
 
 
 class TorchloomError(Exception):
@@ -188,3 +222,66 @@ class ValidationFailedError(TorchloomError, ValueError):
 
     def __reduce__(self) -> tuple[type[ValidationFailedError], tuple[str, list[tuple[str, str]]]]:
         return (ValidationFailedError, (self.what, self.problems))
+
+
+# Errors of one subsystem each, re-exported by its package.
+
+
+class CacheError(TorchloomError):
+    """A decoded cache cannot be used as it is (also raised for a cache of a newer format)."""
+
+
+class StaleCacheError(CacheError):
+    """The inputs (files' sizes and times, the file list) or the settings changed since the cache
+    was built, and ``rebuild=False`` forbids rebuilding it; says what changed."""
+
+
+class CorruptCacheError(CacheError):
+    """A cache file is missing, truncated or altered (its checksum differs); names the file."""
+
+
+class NotACacheError(CacheError):
+    """The cache path holds something that is not a torchloom cache; it is never overwritten."""
+
+
+class CacheSpaceError(CacheError):
+    """``location="memory"`` asked for more shared memory than is free; says both sizes."""
+
+
+class StateMismatchError(TorchloomError, ValueError):
+    """A checkpoint does not fit the object it is loaded into; names the field and both values."""
+
+
+class SkippedSampleError(TorchloomError, TypeError):
+    """A :class:`Skipped` marker was used as a sample; names the sample and the fix."""
+
+
+class JoinError(TorchloomError, ValueError):
+    """Sources cannot be joined: duplicate keys, key types that differ, a source without keys."""
+
+
+class TimestampError(TorchloomError, ValueError):
+    """A stream's timestamps cannot be aligned: out of order, NaN/NaT, infinite, of another kind
+    than the other streams', or out of the exact range. The message names the stream, the position
+    and the fix."""
+
+
+class MissingPlotError(TorchloomError, ImportError):
+    """matplotlib (the ``plot`` extra) is not installed."""
+
+
+class HeaderError(DecodeError):
+    """An ENVI header is malformed or inconsistent; names the file and the line or key.
+
+    Example:
+        >>> error = HeaderError("scene.hdr", "line 2: samples = '-1' is not a whole number >= 1")
+        >>> isinstance(error, DecodeError), "scene.hdr" in str(error)
+        (True, True)
+    """
+
+    def __reduce__(self) -> tuple[type[HeaderError], tuple[str, str | None]]:
+        return (HeaderError, (self.path, self.reason))
+
+
+class CollateError(TorchloomError, ValueError):
+    """Samples cannot be batched; names the field, what was seen and the fix."""

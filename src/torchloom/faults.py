@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeVar
 
-from torchloom.errors import ConfigError, DataError, DecodeError, SampleError, TorchloomError, check_choice
+from torchloom.errors import (
+    ConfigError,
+    DataError,
+    DecodeError,
+    SampleError,
+    SkippedSampleError,
+    check_choice,
+)
 
 T = TypeVar("T")
 
@@ -81,10 +88,6 @@ class Skipped:
         """The marker itself: ``pin_memory=True`` (DataLoader, Loader) leaves batch["skipped"] as it is
         (torch's pinning asks an object for ``pin_memory`` before treating it as a sequence)."""
         return self
-
-
-class SkippedSampleError(TorchloomError, TypeError):
-    """A :class:`Skipped` marker was used as a sample; names the sample and the fix."""
 
 
 # torch's default collate takes the Sequence branch for a registered class and calls len(): the

@@ -14,18 +14,7 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchloom import (
-    Collate,
-    Compose,
-    DecodedCache,
-    FolderDataset,
-    HorizontalFlip,
-    IndexSampler,
-    Loader,
-    RandomResizedCrop,
-    SampleKey,
-    collate,
-)
+from torchloom import Collate, DecodedCache, FolderDataset, IndexSampler, Loader, SampleKey, collate
 from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import LEASE_ATTRIBUTE, BatchSlots
 from torchloom._buffers.worker import (
@@ -36,6 +25,7 @@ from torchloom._buffers.worker import (
     _storages_outlive_their_objects,
 )
 from torchloom.testing import write_class_folders
+from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop
 
 AUGMENT = Compose([RandomResizedCrop(24), HorizontalFlip()])
 BATCH = 4

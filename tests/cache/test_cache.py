@@ -21,18 +21,11 @@ from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
 from torchloom import (
-    CenterCrop,
-    Compose,
-    EmptyDatasetError,
     FolderDataset,
-    HorizontalFlip,
     Image,
     Label,
-    Lambda,
     ManifestDataset,
     Numeric,
-    RandomResizedCrop,
-    Resize,
     SampleError,
     SampleKey,
     Skipped,
@@ -52,10 +45,19 @@ from torchloom.cache import build as build_module
 from torchloom.cache import memory as memory_module
 from torchloom.cache.atomic import cache_lock
 from torchloom.cache.storage import META_FILE, read_meta, write_meta
+from torchloom.errors import EmptyDatasetError
 from torchloom.io import read_image
 from torchloom.testing import PlantedFaults, synthetic_image, write_class_folders
 from torchloom.tools.cli import main as cli_main
-from torchloom.transforms import to_chw_tensor
+from torchloom.transforms import (
+    CenterCrop,
+    Compose,
+    HorizontalFlip,
+    Lambda,
+    RandomResizedCrop,
+    Resize,
+    to_chw_tensor,
+)
 
 AUGMENT = Compose([RandomResizedCrop(24, scale=(0.3, 1.0)), HorizontalFlip()])
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from torchloom import CollateError, DecodeError, FaultPolicy, FaultReport, SampleError, Skipped, collate
+from torchloom import FaultPolicy, FaultReport, SampleError, Skipped, collate
+from torchloom.errors import CollateError, DecodeError
 
 
 class Flaky:

@@ -10,17 +10,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
-from torchloom import (
-    CollateError,
-    Compose,
-    FolderDataset,
-    HorizontalFlip,
-    RandomResizedCrop,
-    SampleKey,
-    collate,
-)
+from torchloom import FolderDataset, SampleKey, collate
 from torchloom._buffers.slots import BatchSlots, consecutive_block, empty_batch
+from torchloom.errors import CollateError
 from torchloom.testing import PlantedFaults
+from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop
 
 AUGMENT = Compose([RandomResizedCrop(24), HorizontalFlip()])
 

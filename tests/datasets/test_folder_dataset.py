@@ -12,15 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
-from torchloom import (
-    EmptyDatasetError,
-    FaultReport,
-    FolderDataset,
-    SampleError,
-    Skipped,
-    ValidationFailedError,
-    collate,
-)
+from torchloom import FaultReport, FolderDataset, SampleError, Skipped, collate
+from torchloom.errors import EmptyDatasetError, ValidationFailedError
 from torchloom.testing import PlantedFaults
 
 

@@ -15,18 +15,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
-from torchloom import (
-    FaultReport,
-    Image,
-    Label,
-    ManifestDataset,
-    ManifestError,
-    Numeric,
-    PathOutsideRootError,
-    Text,
-    ValidationFailedError,
-    collate,
-)
+from torchloom import FaultReport, Image, Label, ManifestDataset, Numeric, Text, collate
+from torchloom.errors import ManifestError, PathOutsideRootError, ValidationFailedError
 
 ROWS = [
     {"file": "img/a 1.jpg", "defect": "scratch", "age": 3.0, "size": 1.5, "title": "划痕 零件"},

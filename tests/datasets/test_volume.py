@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from torchloom import Collate, CropOrPadVolumes, FaultReport, SampleError, SampleKey
+from torchloom import Collate, FaultReport, SampleError, SampleKey
+from torchloom.collate import CropOrPadVolumes
 from torchloom.datasets.volume import VolumeDataset, volume_tensor
 from torchloom.errors import DecodeError, EmptyDatasetError, UnsafeFileError, ValidationFailedError
 from torchloom.io.volume import probe_volume, read_volume

@@ -12,18 +12,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
-from torchloom import (
-    Collate,
-    Image,
-    JoinedDataset,
-    JoinError,
-    Key,
-    Label,
-    ManifestDataset,
-    PadImages,
-    SampleKey,
-    TableDataset,
-)
+from torchloom import Collate, Image, Label, ManifestDataset, PadImages, SampleKey, TableDataset
+from torchloom.datasets import Key
+from torchloom.errors import JoinError
+from torchloom.fusion import JoinedDataset
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multimodal_products.py"
 

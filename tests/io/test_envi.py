@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torchloom.errors import DecodeError, MissingFileError, UnsafeFileError
+from torchloom.errors import DecodeError, HeaderError, MissingFileError, UnsafeFileError
 from torchloom.io.envi import MAX_HEADER_BYTES, open_envi, read_header, write_envi
-from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, HeaderError, parse_header
+from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, parse_header
 
 SHAPE = (5, 4, 3)  # lines, samples, bands
 

@@ -13,8 +13,9 @@ import simplejpeg
 from PIL import Image
 
 from conftest import png_declaring, write_jpeg
-from torchloom import DecodeError, read_image
+from torchloom import read_image
 from torchloom._buffers.pool import ScratchArrays
+from torchloom.errors import DecodeError
 from torchloom.io.image import (
     HEADER_PROBE_BYTES,
     _read_all,

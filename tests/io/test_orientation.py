@@ -12,10 +12,11 @@ import simplejpeg
 from PIL import Image as PILImage
 from PIL import ImageOps
 
-from torchloom import FolderDataset, RandomResizedCrop, read_image
+from torchloom import FolderDataset, read_image
 from torchloom.io.image import probe_image
 from torchloom.io.orientation import jpeg_orientation, orient
 from torchloom.testing import synthetic_image
+from torchloom.transforms import RandomResizedCrop
 
 
 def jpeg_with_orientation(orientation: int, height: int = 96, width: int = 160) -> bytes:

@@ -16,10 +16,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from resume import Setup, check_every_seam
 from subjects import SAMPLERS, KeyEcho, sampler_subject
-from torchloom import FaultReport, FolderDataset, Lambda, Loader, MixtureSampler, Resize, SampleError, collate
+from torchloom import FaultReport, FolderDataset, Loader, MixtureSampler, SampleError, collate
 from torchloom._buffers.slots import BatchSlots
 from torchloom.errors import ConfigError, TransformError, UsageError
 from torchloom.samplers import IndexSampler
+from torchloom.transforms import Lambda, Resize
 
 THREADS = Setup(num_workers=0, persistent=False, threads=2)
 

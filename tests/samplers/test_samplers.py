@@ -20,7 +20,6 @@ from distributed import run_ranks
 from subjects import LABELS, SAMPLERS, KeyEcho
 from torchloom import (
     BalancedSampler,
-    BatchKeySampler,
     MixedDataset,
     MixtureSampler,
     SampleKey,
@@ -29,7 +28,7 @@ from torchloom import (
     WindowSampler,
 )
 from torchloom.datasets import TableDataset
-from torchloom.samplers import KeySampler, batch_composition
+from torchloom.samplers import BatchKeySampler, KeySampler, batch_composition
 
 
 def epoch_indices(sampler: KeySampler, epoch: int) -> list[int]:

@@ -13,26 +13,23 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
-from torchloom import (
+from torchloom import FolderDataset, SampleKey, collate, sample_rng
+from torchloom._buffers.slots import BatchSlots
+from torchloom.errors import ConfigError, TransformError
+from torchloom.io.image import decode_image
+from torchloom.seeding import sample_rngs
+from torchloom.transforms import (
     CenterCrop,
     Compose,
-    FolderDataset,
     HorizontalFlip,
     Lambda,
     Normalize,
     RandomResizedCrop,
     Resize,
-    SampleKey,
     ToTensor,
-    TransformError,
-    collate,
-    sample_rng,
+    plan_transform,
+    to_chw_tensor,
 )
-from torchloom._buffers.slots import BatchSlots
-from torchloom.errors import ConfigError
-from torchloom.io.image import decode_image
-from torchloom.seeding import sample_rngs
-from torchloom.transforms import plan_transform, to_chw_tensor
 from torchloom.transforms.geometry import Box, dct_denominator_for
 
 AUGMENT = Compose([RandomResizedCrop(32, scale=(0.2, 1.0)), HorizontalFlip()])

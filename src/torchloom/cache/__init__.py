@@ -7,14 +7,14 @@ Example:
 """
 
 from torchloom.cache.decoded import CacheReport, DecodedCache
-from torchloom.cache.errors import (
+from torchloom.cache.lru import CacheStats, LRUCache
+from torchloom.errors import (
     CacheError,
     CacheSpaceError,
     CorruptCacheError,
     NotACacheError,
     StaleCacheError,
 )
-from torchloom.cache.lru import CacheStats, LRUCache
 
 __all__ = [
     "CacheError",

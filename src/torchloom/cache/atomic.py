@@ -29,8 +29,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from torchloom.cache.errors import CacheError
 from torchloom.cache.storage import fsync_path
+from torchloom.errors import CacheError
 
 try:
     import fcntl

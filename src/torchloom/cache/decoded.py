@@ -22,14 +22,13 @@ from torch.utils.data import Dataset
 from torchloom._buffers.slots import BatchSlots
 from torchloom.cache.atomic import cache_lock, new_staging_folder, replace_folder
 from torchloom.cache.build import build_cache
-from torchloom.cache.errors import CacheError, CorruptCacheError
 from torchloom.cache.fingerprint import InputStats, settings_of
 from torchloom.cache.integrity import file_problem
 from torchloom.cache.memory import SharedCopy, format_bytes
 from torchloom.cache.opening import CacheProblem, inspect_cache, map_again
 from torchloom.cache.storage import INPUTS_FILE, META_FILE, ImageStore
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.errors import ConfigError, SampleError, UsageError, check_choice
+from torchloom.errors import CacheError, ConfigError, CorruptCacheError, SampleError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.timing import StageClock
 from torchloom.transforms.base import leaves_input_intact

@@ -22,7 +22,7 @@ import uuid
 import weakref
 from collections.abc import Sequence
 
-from torchloom.cache.errors import CacheSpaceError
+from torchloom.errors import CacheSpaceError
 
 SHM_ROOT = "/dev/shm"
 SHM_PREFIX = "torchloom-cache-"

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchloom.cache.atomic import cache_lock
-from torchloom.cache.errors import CacheError, CorruptCacheError, NotACacheError, StaleCacheError
 from torchloom.cache.fingerprint import InputStats, settings_changes
 from torchloom.cache.integrity import file_problem
 from torchloom.cache.storage import INPUTS_FILE, ImageStore, read_meta
+from torchloom.errors import CacheError, CorruptCacheError, NotACacheError, StaleCacheError
 
 
 @dataclass(frozen=True)

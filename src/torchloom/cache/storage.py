@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.cache.errors import CacheError, CacheSpaceError, CorruptCacheError, NotACacheError
 from torchloom.cache.fingerprint import FORMAT_VERSION
 from torchloom.cache.memory import format_bytes
+from torchloom.errors import CacheError, CacheSpaceError, CorruptCacheError, NotACacheError
 
 #: ``meta.json``'s ``"format"``: what tells a torchloom cache folder from any other folder.
 MARKER = "torchloom.DecodedCache"

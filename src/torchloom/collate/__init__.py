@@ -1,6 +1,6 @@
 """Collate functions: the automatic ``collate`` and per-field rules with ``Collate``."""
 
-from torchloom.collate.auto import CollateError, collate, collate_values, stack_tensors
+from torchloom.collate.auto import collate, collate_values, stack_tensors
 from torchloom.collate.rules import (
     AsList,
     Collate,
@@ -10,6 +10,7 @@ from torchloom.collate.rules import (
     PadSequences,
     Stack,
 )
+from torchloom.errors import CollateError
 
 __all__ = [
     "AsList",

@@ -27,12 +27,8 @@ from torch.utils.data import get_worker_info
 
 from torchloom._buffers.slots import Allocate, consecutive_block, empty_batch, handed_out
 from torchloom._buffers.worker import ship
-from torchloom.errors import TorchloomError
+from torchloom.errors import CollateError
 from torchloom.faults import SKIPPED_KEY, Skipped
-
-
-class CollateError(TorchloomError, ValueError):
-    """Samples cannot be batched; names the field, what was seen and the fix."""
 
 
 def split_skipped(batch: Sequence[Any]) -> tuple[list[Any], list[Skipped]]:

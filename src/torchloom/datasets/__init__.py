@@ -3,6 +3,7 @@
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
 from torchloom.datasets.folder import IMAGE_EXTENSIONS, FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
+from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.datasets.manifest import ManifestDataset
 from torchloom.datasets.mixed import MixedDataset
 from torchloom.datasets.spatial_split import spatial_block_split
@@ -15,6 +16,7 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
     "VOLUME_EXTENSIONS",
+    "DatasetReport",
     "FolderDataset",
     "HyperspectralDataset",
     "Image",
@@ -23,6 +25,8 @@ __all__ = [
     "ManifestDataset",
     "MixedDataset",
     "Numeric",
+    "SampleIndex",
+    "StringColumn",
     "TableDataset",
     "Text",
     "VideoClipDataset",

@@ -4,7 +4,7 @@ Neighbouring pixels of a scene are nearly the same spectrum: a random per-pixel 
 near-copies of training pixels in validation. :func:`spatial_block_split` assigns whole blocks to
 splits instead. A pixel-centred patch still sees up to ``patch_size // 2`` pixels past its centre,
 so a centre near a block border reads pixels of the neighbouring block: :func:`touches_other_split`
-finds those centres, and :class:`torchloom.HyperspectralDataset` drops them (``guard=True``), so no
+finds those centres, and :class:`torchloom.datasets.HyperspectralDataset` drops them (``guard=True``), so no
 patch of one split holds a pixel of another split's blocks.
 
 Example:

@@ -1,6 +1,6 @@
 """TableDataset: the rows of a table (Arrow, CSV, Parquet, JSON) as dict samples.
 
-Columns are held as numpy arrays (numbers, booleans) or :class:`torchloom.StringColumn`
+Columns are held as numpy arrays (numbers, booleans) or :class:`torchloom.datasets.StringColumn`
 (text), so workers share them without copy-on-write growth. Missing numbers are NaN; missing
 text is ``None``; other column types (lists, structs) stay Arrow arrays, read per row.
 

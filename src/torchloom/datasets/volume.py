@@ -24,7 +24,7 @@ VOLUME_NDIMS = (3, 4)
 class VolumeDataset(ProbedFileDataset[VolumeHeader]):
     """Volumes from ``.npy`` files or ``.npz`` members, labelled by class folder or manifest column.
 
-    Sources are those of :class:`torchloom.VideoClipDataset`: a folder (class folders, or files
+    Sources are those of :class:`torchloom.datasets.VideoClipDataset`: a folder (class folders, or files
     directly in it, unlabelled), a manifest with ``path_column`` and an optional
     ``label_column``, or a list of paths. Every header is probed at construction, in threads,
     without reading data: a file that is not a ``(D, H, W)`` or ``(C, D, H, W)`` numeric array,
@@ -36,14 +36,14 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
     the transform receives the read-only memmap, so a crop reads only its region; compressed
     members are read whole. Samples are ``{"volume": tensor (C?, D, H, W) in the file's dtype,
     "label": int (when labels are known), "index", "path"}``. Batch volumes of different sizes
-    with :class:`torchloom.CropOrPadVolumes`.
+    with :class:`torchloom.collate.CropOrPadVolumes`.
 
     Args:
         source: a folder, a manifest or a list of ``.npy`` / ``.npz`` paths.
         key: the npz member to read (None: the only member).
         transform: ``transform(volume, rng)`` on the array; returns an array or a tensor.
         max_bytes: largest compressed member read into memory.
-        Other arguments are as in :class:`torchloom.VideoClipDataset`.
+        Other arguments are as in :class:`torchloom.datasets.VideoClipDataset`.
 
     Example:
         >>> import numpy as np, os, tempfile

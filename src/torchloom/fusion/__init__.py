@@ -1,6 +1,7 @@
 """Multi-source fusion: per-sample joins of sources, and time alignment of streams (sync/)."""
 
-from torchloom.fusion.joined import JoinedDataset, JoinError, JoinReport
+from torchloom.errors import JoinError
+from torchloom.fusion.joined import JoinedDataset, JoinReport
 from torchloom.fusion.recordings import SyncedRecordings
 from torchloom.fusion.sync import SyncReport, TimestampError, TimeSync
 

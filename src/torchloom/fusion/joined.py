@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 
 from torchloom.datasets.index import StringColumn
 from torchloom.datasets.table import TableDataset
-from torchloom.errors import ConfigError, SampleIndexError, TorchloomError, UsageError, check_choice
+from torchloom.errors import ConfigError, JoinError, SampleIndexError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
 
@@ -41,10 +41,6 @@ HOW_CHOICES = ("inner", "left")
 MISSING_CHOICES = ("drop", "mask")
 # How many keys a report or an error names before summarising.
 KEYS_NAMED = 10
-
-
-class JoinError(TorchloomError, ValueError):
-    """Sources cannot be joined: duplicate keys, key types that differ, a source without keys."""
 
 
 # Samples tried, at most, to find one that loads and shows a source's fields.

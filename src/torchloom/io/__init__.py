@@ -1,8 +1,9 @@
 """Readers, one format each."""
 
+from torchloom.errors import HeaderError
 from torchloom.io.cube import ArrayCube, CubeSource
 from torchloom.io.envi import EnviCube, open_envi, read_header, write_envi
-from torchloom.io.envi_header import EnviHeader, HeaderError
+from torchloom.io.envi_header import EnviHeader
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
 from torchloom.io.table import read_table

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.errors import ConfigError, DecodeError, MissingFileError
+from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError
 from torchloom.io.cube import Bands, band_indices, check_window, native
-from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, HeaderError, parse_header
+from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, parse_header
 from torchloom.io.image import open_regular, read_bytes
 
 #: Extensions tried, in order, for the data file beside ``name.hdr`` (after ``name`` itself).

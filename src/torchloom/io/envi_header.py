@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from torchloom.errors import DecodeError
+from torchloom.errors import HeaderError
 
 #: ENVI ``data type`` codes and the numpy types they store (byte order set by ``byte order``).
 ENVI_DTYPES = {
@@ -56,19 +56,6 @@ STRUCTURAL_KEYS = (
 #: More digits than this in a dimension or offset is not a real file (and keeps int() cheap).
 MAX_DIGITS = 15
 _INTEGER = re.compile(rf"\+?[0-9]{{1,{MAX_DIGITS}}}")
-
-
-class HeaderError(DecodeError):
-    """An ENVI header is malformed or inconsistent; names the file and the line or key.
-
-    Example:
-        >>> error = HeaderError("scene.hdr", "line 2: samples = '-1' is not a whole number >= 1")
-        >>> isinstance(error, DecodeError), "scene.hdr" in str(error)
-        (True, True)
-    """
-
-    def __reduce__(self) -> tuple[type[HeaderError], tuple[str, str | None]]:
-        return (HeaderError, (self.path, self.reason))
 
 
 @dataclass(frozen=True)

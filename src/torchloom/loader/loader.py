@@ -34,8 +34,8 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import BatchSlots
 from torchloom.collate import collate
-from torchloom.errors import ConfigError, UsageError
-from torchloom.resume.state import Resumable, StateMismatchError, check_epoch
+from torchloom.errors import ConfigError, StateMismatchError, UsageError
+from torchloom.resume.state import Resumable, check_epoch
 from torchloom.samplers.index import IndexSampler
 
 KEY_SAMPLER = "sampler"

@@ -39,14 +39,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from torchloom.errors import ConfigError, TorchloomError
+from torchloom.errors import ConfigError, StateMismatchError
 
 KEY_VERSION = "version"
 KEY_KIND = "kind"
-
-
-class StateMismatchError(TorchloomError, ValueError):
-    """A checkpoint does not fit the object it is loaded into; names the field and both values."""
 
 
 class Resumable:

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
-from torchloom.errors import ConfigError, DistributedSetupError
+from torchloom.errors import ConfigError, DistributedSetupError, StateMismatchError
 from torchloom.resume.distributed import (
     Consumer,
     assignment,
@@ -35,7 +35,7 @@ from torchloom.resume.distributed import (
     in_worker,
     resolve_rank_world,
 )
-from torchloom.resume.state import Resumable, SharedInts, StateMismatchError, check_epoch, check_field
+from torchloom.resume.state import Resumable, SharedInts, check_epoch, check_field
 
 Record = TypeVar("Record")
 

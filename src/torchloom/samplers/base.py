@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DistributedSampler
 
-from torchloom.errors import ConfigError
+from torchloom.errors import ConfigError, StateMismatchError
 from torchloom.resume.distributed import outer_batch_splitter, resolve_rank_world
-from torchloom.resume.state import Resumable, StateMismatchError, check_epoch, check_field
+from torchloom.resume.state import Resumable, check_epoch, check_field
 from torchloom.seeding import SampleKey, key_class
 
 # Keys made at once while iterating: bounds memory for epochs of many millions of indices.

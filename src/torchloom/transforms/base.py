@@ -79,7 +79,7 @@ def check_transform(transform: Any) -> None:
             f"transform {transform!r} takes {len(positional)} argument(s), but torchloom calls "
             "transform(image, rng) with the sample's random generator (so augmentation depends only on "
             "(seed, epoch, index)). For a one-argument (torchvision-style) callable, wrap it: "
-            "torchloom.Lambda(your_transform); or use torchloom's transforms, which take the rng"
+            "torchloom.transforms.Lambda(your_transform); or use torchloom's transforms, which take the rng"
         )
 
 

@@ -1,7 +1,7 @@
 """PCA of the bands, fitted once on a seeded sample of pixels and saved beside the data.
 
 :meth:`PCA.fit` reads ``pixels`` spectra (one window of 1×1 each, never a whole cube) from the
-cubes, or from the sample centres of a :class:`torchloom.HyperspectralDataset` (so a training
+cubes, or from the sample centres of a :class:`torchloom.datasets.HyperspectralDataset` (so a training
 split's PCA never sees validation pixels), and keeps the top ``k`` components. :meth:`PCA.save`
 writes an ``.npz`` (no pickle) holding the components and the fit's settings: ``k``, ``pixels``,
 ``seed``, every cube's description (path, shape, dtype, size and modification time of its file)
@@ -88,7 +88,7 @@ class PCA:
         """Fit ``k`` components on ``pixels`` spectra drawn (seeded) from ``source``.
 
         ``source`` is a sequence of cubes or a dataset with ``cubes`` and ``pixel_index()`` (a
-        :class:`torchloom.HyperspectralDataset`: its sample centres are the candidates).
+        :class:`torchloom.datasets.HyperspectralDataset`: its sample centres are the candidates).
         """
         settings = settings_for(source, k, pixels=pixels, seed=seed)
         spectra = sample_spectra(source, pixels, seed)

@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+from torchloom.errors import TimestampError
 from torchloom.fusion.sync.online import reordered
-from torchloom.fusion.sync.report import SyncReport, TimestampError
+from torchloom.fusion.sync.report import SyncReport
 from torchloom.fusion.sync.timesync import TimeSync
 from torchloom.fusion.sync.values import plain
 

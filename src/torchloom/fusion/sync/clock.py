@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.errors import ConfigError, UsageError
-from torchloom.fusion.sync.report import TimestampError
+from torchloom.errors import ConfigError, TimestampError, UsageError
 
 FLOAT, INT, DATETIME = "float", "int", "datetime"
 INT64_MAX = 2**63 - 1

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from torchloom.errors import TimestampError
 from torchloom.fusion.sync.clock import (
     DATETIME,
     FLOAT,
@@ -26,7 +27,7 @@ from torchloom.fusion.sync.clock import (
     outside_unit,
     unusable_time,
 )
-from torchloom.fusion.sync.report import SyncReport, TimestampError
+from torchloom.fusion.sync.report import SyncReport
 from torchloom.fusion.sync.rule import BEFORE, BOTH, NONE, Rule
 from torchloom.fusion.sync.values import as_float, mix, plain
 

@@ -6,14 +6,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from torchloom.errors import TorchloomError
-
-
-class TimestampError(TorchloomError, ValueError):
-    """A stream's timestamps cannot be aligned: out of order, NaN/NaT, infinite, of another kind
-    than the other streams', or out of the exact range. The message names the stream, the position
-    and the fix."""
-
 
 @dataclass
 class SyncReport:

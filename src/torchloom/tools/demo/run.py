@@ -89,7 +89,7 @@ class DemoResult:
 class SensorClips(Dataset[dict[str, Any]]):
     """Per id, the 30 Hz vibration stream synchronised onto the 10 Hz temperature clock.
 
-    A join source for :class:`torchloom.JoinedDataset` (it lists its keys with ``join_keys``):
+    A join source for :class:`torchloom.fusion.JoinedDataset` (it lists its keys with ``join_keys``):
     sample ``i`` is ``{"id", "sensor": (T, 2) float32 [temperature, vibration], "sensor_valid":
     (T,) bool}`` where ``T`` varies per id and a tick without vibration within the tolerance is
     masked, not invented.

@@ -15,7 +15,7 @@ Top-level keys (schema in :data:`torchloom.tools.doctor.schema.REPORT_SCHEMA`, v
 - ``classes``: counts per split and class, the imbalance ratio (largest / smallest class of the
   training split) and a ``BalancedSampler`` call;
 - ``images``: size range, distinct sizes, colour modes and formats of the readable images;
-- ``normalize``: per-channel mean and std (0-1 scale) for ``torchloom.Normalize``;
+- ``normalize``: per-channel mean and std (0-1 scale) for ``torchloom.transforms.Normalize``;
 - ``quality``: cleanvision's issue types (thresholds, counts, files);
 - ``plots``: the PNG files written beside the report.
 

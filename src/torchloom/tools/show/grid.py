@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchloom.errors import TorchloomError
+from torchloom.errors import MissingPlotError
 
 #: Width and height of one tile's image area, in inches.
 TILE_INCHES = 2.4
@@ -29,10 +29,6 @@ DPI = 100
 PADDING_RGBA = (1.0, 0.0, 0.0, 0.45)
 PADDING_LABEL = "padding: image_mask False (the model sees fill values here)"
 EDGE_COLOR = "yellow"
-
-
-class MissingPlotError(TorchloomError, ImportError):
-    """matplotlib (the ``plot`` extra) is not installed."""
 
 
 @dataclass(frozen=True)
