@@ -25,7 +25,8 @@ from torch.utils.data import Dataset
 
 from benchmarks.common import Measurement, chunks, interleave, loader_rate
 from torchloom import FolderDataset, collate
-from torchloom.io.image import decode_image, probe_image, read_bytes
+from torchloom.io.files import read_bytes
+from torchloom.io.image import decode_image, probe_image
 from torchloom.seeding import sample_rng
 from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop, plan_transform, to_chw_tensor
 

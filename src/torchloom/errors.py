@@ -46,6 +46,7 @@ __all__ = [
     "TorchloomError",
     "TransformError",
     "UnsafeFileError",
+    "UnsupportedURLError",
     "UsageError",
     "ValidationFailedError",
 ]
@@ -175,6 +176,11 @@ def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
     """
     if value not in choices:
         raise ConfigError(f"Invalid {name}={value!r}; must be one of {choices}")
+
+
+class UnsupportedURLError(ConfigError):
+    """A URL (``s3://``, ``gs://``, any ``scheme://``) was given where torchloom reads local files
+    only: object stores are not supported yet."""
 
 
 class UsageError(TorchloomError, TypeError):

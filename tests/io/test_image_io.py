@@ -18,7 +18,6 @@ from torchloom._buffers.pool import ScratchArrays
 from torchloom.errors import DecodeError
 from torchloom.io.image import (
     HEADER_PROBE_BYTES,
-    _read_all,
     decode_image,
     jpeg_scale_for,
     probe_file,
@@ -210,29 +209,6 @@ def test_a_forked_child_starts_with_its_own_scratch_pool() -> None:
     finally:
         scratch._lock.release()
     assert os.waitstatus_to_exitcode(status) == 0
-
-
-def test_reading_a_file_that_grew_or_shrank_since_its_size_was_taken() -> None:
-    """read_bytes takes the size from fstat, then reads: what was appended meanwhile is read too
-    (within max_bytes), and a file cut short meanwhile gives what is left."""
-    for written, expected, whole, most, result in [
-        (b"0123456789", 4, True, None, b"0123456789"),  # grew from 4 to 10 bytes
-        (b"0123456789", 20, True, None, b"0123456789"),  # shrank from 20 to 10
-        (b"0123456789", 4, False, None, b"0123"),  # a header probe's limit
-    ]:
-        read_end, write_end = os.pipe()
-        os.write(write_end, written)
-        os.close(write_end)
-        try:
-            assert _read_all(read_end, expected, whole=whole, most=most) == result
-        finally:
-            os.close(read_end)
-    read_end, write_end = os.pipe()
-    os.write(write_end, b"x" * 100)
-    os.close(write_end)
-    with pytest.raises(ValueError, match="grew past 50"):
-        _read_all(read_end, 10, whole=True, most=50)
-    os.close(read_end)
 
 
 def _png_with_exif_after_the_pixels(image: np.ndarray, orientation: int) -> bytes:

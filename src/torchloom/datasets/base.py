@@ -20,7 +20,7 @@ from torchloom._buffers.worker import WorkerBatchPool
 from torchloom.datasets.index import SampleIndex
 from torchloom.errors import ConfigError, SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
-from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, max_file_bytes, probe_image, read_bytes
+from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_image_bytes
 from torchloom.seeding import SampleKey, rng_for_key, sample_rngs
 from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform, check_transform, plan_transform
@@ -137,7 +137,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
     def read_file(self, path: str) -> bytes:
         """An image file's bytes, read as this dataset reads them: inside ``read_root`` (when set),
         regular files only, and no larger than an image within ``max_pixels`` can be."""
-        return read_bytes(path, inside=self.read_root, max_bytes=max_file_bytes(self.max_pixels))
+        return read_image_bytes(path, max_pixels=self.max_pixels, inside=self.read_root)
 
     def load_image(self, path: str, rng: np.random.Generator, slot: Slot | None = None) -> torch.Tensor:
         """Read, decode (DCT-scaled when the transform plans for it) and transform one image.

@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,13 +22,16 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from torchloom.errors import ConfigError, DecodeError, SampleIndexError, ValidationFailedError
-from torchloom.io.image import (
-    DEFAULT_MAX_PIXELS,
-    file_kind,
-    probe_file,
-    read_image,
+from torchloom.errors import (
+    ConfigError,
+    DecodeError,
+    MissingFileError,
+    SampleIndexError,
+    UnsafeFileError,
+    ValidationFailedError,
 )
+from torchloom.io.files import file_info
+from torchloom.io.image import DEFAULT_MAX_PIXELS, probe_file, read_image
 
 Validate = Literal["none", "exists", "header", "full"]
 VALIDATE_CHOICES = ("none", "exists", "header", "full")
@@ -168,19 +170,17 @@ def check_image_file(path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PI
     if mode == "none":
         return None
     try:
-        try:
-            mode_bits = os.stat(path).st_mode
-        except FileNotFoundError:
-            return "file does not exist"
-        if not stat.S_ISREG(mode_bits):
-            return f"{file_kind(mode_bits)}, not a regular file (refused before reading)"
         if mode == "exists":
-            return None
-        if mode == "full":
+            file_info(path)  # a regular file is there; the read opens it and checks it again
+        elif mode == "full":
             read_image(path, max_pixels=max_pixels)
-            return None
-        probe_file(path, max_pixels=max_pixels)
+        else:
+            probe_file(path, max_pixels=max_pixels)
         return None
+    except MissingFileError:
+        return "file does not exist"
+    except UnsafeFileError as exc:  # a FIFO, a device, a folder: refused before a byte is read
+        return exc.why
     except Exception as exc:  # every failure is a reason to exclude the file, reported by name
         return exc.reason if isinstance(exc, DecodeError) else f"{type(exc).__name__}: {exc}"
 

@@ -1,9 +1,10 @@
-"""Readers, one format each."""
+"""Readers, one format each, over one file layer (:mod:`torchloom.io.files`)."""
 
 from torchloom.errors import HeaderError
 from torchloom.io.cube import ArrayCube, CubeSource
 from torchloom.io.envi import EnviCube, open_envi, read_header, write_envi
 from torchloom.io.envi_header import EnviHeader
+from torchloom.io.files import FileBackend, FileInfo, LocalFiles, file_info, open_file, read_bytes, read_range
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
 from torchloom.io.table import read_table
@@ -17,21 +18,28 @@ __all__ = [
     "CubeSource",
     "EnviCube",
     "EnviHeader",
+    "FileBackend",
+    "FileInfo",
     "Hdf5Cube",
     "HeaderError",
     "ImageHeader",
+    "LocalFiles",
     "VideoClip",
     "VideoHeader",
     "VolumeHeader",
     "decode_image",
+    "file_info",
     "open_envi",
+    "open_file",
     "probe_image",
     "probe_video",
     "probe_volume",
+    "read_bytes",
     "read_frames",
     "read_hdf5_array",
     "read_header",
     "read_image",
+    "read_range",
     "read_table",
     "read_volume",
     "write_envi",

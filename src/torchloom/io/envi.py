@@ -29,12 +29,13 @@ import numpy as np
 from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, parse_header
-from torchloom.io.image import open_regular, read_bytes
+from torchloom.io.files import file_info, open_file, read_bytes
 
 #: Extensions tried, in order, for the data file beside ``name.hdr`` (after ``name`` itself).
 DATA_EXTENSIONS = (".img", ".raw", ".dat", ".spe", ".bsq", ".bil", ".bip")
 #: A larger ``.hdr`` is refused unread (thousands of bands with names fit in far less).
 MAX_HEADER_BYTES = 4 << 20
+_HEADER_TOO_LARGE = f"larger than an ENVI header can be ({MAX_HEADER_BYTES:,} bytes): is it the data file?"
 #: The array axes each interleave stores, as positions of (line, sample, band).
 _DISK_AXES = {"bsq": ("bands", "lines", "samples"), "bil": ("lines", "bands", "samples"), "bip": None}
 
@@ -51,7 +52,7 @@ def read_header(path: str | os.PathLike[str]) -> EnviHeader:
         '<f4'
     """
     try:
-        data = read_bytes(path, max_bytes=MAX_HEADER_BYTES)
+        data = read_bytes(path, max_bytes=MAX_HEADER_BYTES, too_large=_HEADER_TOO_LARGE)
     except FileNotFoundError as exc:
         raise MissingFileError(f"ENVI header {os.fspath(path)!r} does not exist; check the path") from exc
     return parse_header(data, path)
@@ -182,11 +183,11 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
 
 def check_data_size(header: EnviHeader, data_path: str) -> None:
     """Refuse a data file that is not a regular file of exactly ``header.data_bytes`` bytes."""
-    descriptor = open_regular(data_path)
-    try:
-        actual = os.fstat(descriptor).st_size
-    finally:
-        os.close(descriptor)
+    with open_file(data_path) as handle:
+        _check_size(header, data_path, os.fstat(handle.fileno()).st_size)
+
+
+def _check_size(header: EnviHeader, data_path: str, actual: int) -> None:
     expected = header.data_bytes
     if actual != expected:
         lines, samples, bands = header.shape
@@ -202,9 +203,9 @@ def _check_not_shrunk(header: EnviHeader, data_path: str) -> None:
     """Refuse to touch the map of a data file cut short since it was mapped: reading past a mapped
     file's end kills the process with SIGBUS instead of raising."""
     try:
-        size = os.stat(data_path).st_size
+        size = file_info(data_path).size
     except OSError as exc:
-        raise DecodeError(data_path, f"cannot be checked before reading ({exc.strerror})") from exc
+        raise DecodeError(data_path, f"cannot be checked before reading ({exc.strerror or exc})") from exc
     if size < header.data_bytes:
         raise DecodeError(
             data_path,
@@ -214,11 +215,13 @@ def _check_not_shrunk(header: EnviHeader, data_path: str) -> None:
 
 
 def _map(header: EnviHeader, data_path: str) -> np.memmap:
-    check_data_size(header, data_path)  # the file may have changed since the cube was opened
+    """Map the data file read-only, checking its size on the descriptor mapped (the file may have
+    changed since the cube was opened)."""
     lines, samples, bands = header.shape
     sizes = {"lines": lines, "samples": samples, "bands": bands}
     axes = _DISK_AXES[header.interleave] or ("lines", "samples", "bands")
-    with os.fdopen(open_regular(data_path), "rb") as handle:
+    with open_file(data_path) as handle:
+        _check_size(header, data_path, os.fstat(handle.fileno()).st_size)
         return np.memmap(
             handle,
             dtype=header.dtype,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 import struct
 from dataclasses import dataclass
 from io import BytesIO
@@ -32,7 +31,8 @@ import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
 from torchloom._buffers.pool import ScratchArrays
-from torchloom.errors import DecodeError, UnsafeFileError
+from torchloom.errors import DecodeError
+from torchloom.io.files import open_file, read_bytes, read_range
 from torchloom.io.orientation import (
     ORIENTATION_TAG,
     jpeg_orientation,
@@ -69,122 +69,35 @@ class ImageHeader:
         return self.height * self.width
 
 
-def open_regular(path: str | os.PathLike[str]) -> int:
-    """Open ``path`` for reading, refusing what is not a regular file before reading a byte.
-
-    The file is opened non-blocking (a FIFO then opens at once instead of waiting for a writer)
-    and checked with ``fstat`` on the open descriptor, so a swap between a check and the open
-    cannot slip a FIFO or a device through. Returns the descriptor (the caller closes it), in
-    blocking mode again.
-    """
-    descriptor = _open_regular(path)[0]
-    if hasattr(os, "set_blocking"):
-        os.set_blocking(descriptor, True)
-    return descriptor
-
-
-def _open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
-    """:func:`open_regular`, also returning the descriptor's ``fstat``; the descriptor stays
-    non-blocking, which changes nothing for a regular file's reads (and saves a syscall)."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise UnsafeFileError(path, f"it is {file_kind(status.st_mode)}, not a regular file")
-    except BaseException:
-        os.close(descriptor)
-        raise
-    return descriptor, status
-
-
-def file_kind(mode: int) -> str:
-    """A readable name for the kind of file ``mode`` (an ``st_mode``) describes."""
-    kinds = (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def _read_all(descriptor: int, expected: int, *, whole: bool, most: int | None) -> bytes:
-    """Read ``expected`` bytes (the file's size, or a limit); with ``whole``, on to the end of a
-    file that grew since its size was read, up to ``most`` bytes in all (then a ``ValueError``)."""
-    chunks: list[bytes] = []
-    remaining = expected
-    while remaining > 0:
-        chunk = os.read(descriptor, min(remaining, _MAX_READ))
-        if not chunk:
-            return b"".join(chunks)  # shorter than expected: it shrank
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    total = expected
-    while whole:  # one more read finds the end (or what was appended since the fstat)
-        chunk = os.read(descriptor, _GROWTH_READ)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-        if most is not None and total > most:
-            raise ValueError(f"grew past {most:,} bytes while being read")
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-# Linux reads at most 2 GiB - 4 KiB per call; ask for no more.
-_MAX_READ = 0x7FFFF000
-_GROWTH_READ = 1 << 20
-
-
-def check_inside(path: str | os.PathLike[str], root: str) -> None:
-    """Refuse ``path`` when it resolves (symlinks followed) outside the real folder ``root``."""
-    real = os.path.realpath(path)
-    if os.path.commonpath([real, root]) != root:
-        why = f"resolves to {real!r}, outside the dataset root {root!r} (a symlink changed since checked)"
-        raise UnsafeFileError(path, why)
-
-
 def max_file_bytes(max_pixels: int) -> int:
     """The largest file an image within ``max_pixels`` can plausibly be: uncompressed 16-bit RGBA
-    plus room for metadata. Larger files are refused before they are read into memory."""
+    plus room for metadata. Larger files are refused before they are read into memory.
+
+    Example:
+        >>> max_file_bytes(1_000_000) // (1 << 20)
+        71
+    """
     return max_pixels * 8 + (64 << 20)
 
 
-def read_bytes(
-    path: str | os.PathLike[str],
-    *,
-    inside: str | None = None,
-    limit: int | None = None,
-    max_bytes: int | None = None,
-) -> bytes:
-    """Read a regular file (refusing FIFOs and devices); an empty file is a :class:`DecodeError`.
+#: Why a file over :func:`max_file_bytes` is refused.
+IMAGE_TOO_LARGE = "larger than any image within max_pixels could be"
 
-    ``inside``: a real folder the path must resolve into (checked at read time, so a symlink
-    swapped in after validation is refused). ``limit``: read at most this many bytes.
-    ``max_bytes``: refuse a larger file (a :class:`DecodeError`) without reading it.
+
+def read_image_bytes(
+    path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS, inside: str | None = None
+) -> bytes:
+    """An image file's encoded bytes, read through the file layer (regular files only, inside
+    ``inside`` when given); a file larger than any image within ``max_pixels`` is refused unread.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.jpg")
+        >>> _ = open(path, "wb").write(b"\\xff\\xd8\\xff")
+        >>> read_image_bytes(path)
+        b'\\xff\\xd8\\xff'
     """
-    if inside is not None:
-        check_inside(path, inside)
-    # Plain descriptor calls: a buffered file object costs ~7 more syscalls per file (each one a
-    # release of the GIL the Loader's other threads then wait to take back).
-    descriptor, status = _open_regular(path)
-    try:
-        if max_bytes is not None and limit is None and status.st_size > max_bytes:
-            raise DecodeError(
-                path, f"file is {status.st_size:,} bytes, larger than any image within max_pixels could be"
-            )
-        try:
-            data = _read_all(
-                descriptor, status.st_size if limit is None else limit, whole=limit is None, most=max_bytes
-            )
-        except ValueError as exc:
-            raise DecodeError(path, f"file {exc}, larger than any image within max_pixels could be") from exc
-    finally:
-        os.close(descriptor)
-    if not data:
-        raise DecodeError(path, "file is empty (0 bytes)")
-    return data
+    return read_bytes(path, inside=inside, max_bytes=max_file_bytes(max_pixels), too_large=IMAGE_TOO_LARGE)
 
 
 def probe_image(
@@ -238,19 +151,19 @@ def probe_file(
         >>> probe_file(path).width
         16
     """
-    head = read_bytes(path, inside=inside, limit=HEADER_PROBE_BYTES)
+    head = read_range(path, 0, HEADER_PROBE_BYTES, inside=inside)
     try:
         header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
     except DecodeError:
         if len(head) < HEADER_PROBE_BYTES:
             raise  # the whole file was read: the header is bad
-        head = read_bytes(path, inside=inside, limit=MAX_HEADER_BYTES)
+        head = read_range(path, 0, MAX_HEADER_BYTES, inside=inside)
         header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
     if orient and header.format == "PNG" and header.orientation == 1 and len(head) >= HEADER_PROBE_BYTES:
         # Pillow finds an eXIf chunk after the pixel data only by decoding them, which a prefix
         # cannot: walk the file's chunks for it, as decoding the whole file would find it (one
         # Pillow already found in the prefix is the file's only one).
-        with os.fdopen(open_regular(path), "rb") as handle:
+        with open_file(path, inside=inside) as handle:
             orientation = png_orientation(handle)
         if orientation != header.orientation:
             stored = stored_size(header.height, header.width, header.orientation)
@@ -316,7 +229,7 @@ def read_image(
         >>> image.shape, image.dtype, int(image[0, 0, 2])
         ((4, 5, 3), dtype('uint8'), 7)
     """
-    data = read_bytes(path, max_bytes=max_file_bytes(max_pixels))
+    data = read_image_bytes(path, max_pixels=max_pixels)
     return decode_image(data, path, min_size=min_size, max_pixels=max_pixels, orient=orient)
 
 

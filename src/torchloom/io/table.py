@@ -14,8 +14,8 @@ import csv
 import io
 import json
 import os
-import stat
 from collections.abc import Sequence
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,8 +23,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
-from torchloom.errors import ManifestError, MissingFileError, UnsafeFileError
-from torchloom.io.image import file_kind
+from torchloom.errors import ManifestError
+from torchloom.io.files import open_file
 
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 
@@ -43,41 +43,47 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
         raise ManifestError(
             f"manifest {text_path!r} has extension {suffix!r}; expected one of {MANIFEST_SUFFIXES}"
         )
-    require_regular_file(text_path, "manifest")
-    try:
-        if suffix in (".parquet", ".pq"):
-            return pa_parquet.read_table(text_path)
-        if suffix in (".csv", ".tsv"):
-            options = pa_csv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
-            convert = pa_csv.ConvertOptions(
-                column_types={name: pa.string() for name in string_columns}, strings_can_be_null=True
-            )
-            try:
-                return pa_csv.read_csv(text_path, parse_options=options, convert_options=convert)
-            except pa.ArrowInvalid as exc:
-                with open(text_path, "rb") as handle:
-                    line = csv_problem_line(handle.read(), options.delimiter)
-                raise ManifestError(f"cannot read manifest {text_path!r}{line}: {exc}") from exc
-        if suffix == ".json" and _starts_with_bracket(text_path):
-            with open(text_path, encoding="utf-8-sig") as handle:
-                try:
-                    rows = json.load(handle)
-                except json.JSONDecodeError as exc:
-                    where = f"manifest {text_path!r} line {exc.lineno} column {exc.colno}"
-                    raise ManifestError(f"{where}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-                raise ManifestError(f"manifest {text_path!r} must be a JSON list of objects")
-            return _rows_table(rows)
+    with open_file(text_path) as handle:  # opened once: every reader below reads this handle
         try:
-            return pa_json.read_json(text_path)
-        except pa.ArrowInvalid:
-            # Arrow's reader cannot say which line failed (it counts rows within a block) and
-            # refuses lines longer than its block: read line by line to load it or name the line.
-            return _read_json_lines(text_path)
-    except ManifestError:
-        raise
-    except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
+            return _read_open_table(text_path, suffix, handle, string_columns)
+        except ManifestError:
+            raise
+        except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
+
+
+def _read_open_table(path: str, suffix: str, handle: BinaryIO, string_columns: Sequence[str]) -> pa.Table:
+    if suffix in (".parquet", ".pq"):
+        return pa_parquet.read_table(handle)
+    if suffix in (".csv", ".tsv"):
+        options = pa_csv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
+        convert = pa_csv.ConvertOptions(
+            column_types={name: pa.string() for name in string_columns}, strings_can_be_null=True
+        )
+        try:
+            return pa_csv.read_csv(handle, parse_options=options, convert_options=convert)
+        except pa.ArrowInvalid as exc:
+            handle.seek(0)
+            line = csv_problem_line(handle.read(), options.delimiter)
+            raise ManifestError(f"cannot read manifest {path!r}{line}: {exc}") from exc
+    if suffix == ".json" and handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
+        handle.seek(0)
+        try:
+            rows = json.loads(handle.read().decode("utf-8-sig"))
+        except json.JSONDecodeError as exc:
+            where = f"manifest {path!r} line {exc.lineno} column {exc.colno}"
+            raise ManifestError(f"{where}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise ManifestError(f"manifest {path!r} must be a JSON list of objects")
+        return _rows_table(rows)
+    handle.seek(0)
+    try:
+        return pa_json.read_json(handle)
+    except pa.ArrowInvalid:
+        # Arrow's reader cannot say which line failed (it counts rows within a block) and
+        # refuses lines longer than its block: read line by line to load it or name the line.
+        handle.seek(0)
+        return _read_json_lines(path, handle)
 
 
 _CANONICAL_INT = r"^-?(0|[1-9][0-9]{0,17})$"
@@ -145,11 +151,11 @@ def _rows_table(rows: list[dict[str, object]]) -> pa.Table:
     return pa.Table.from_batches([pa.RecordBatch.from_struct_array(pa.array(rows))])
 
 
-def _read_json_lines(path: str) -> pa.Table:
+def _read_json_lines(path: str, handle: BinaryIO) -> pa.Table:
     """One JSON object per line (a BOM and very long lines allowed); a bad line is named."""
     rows: list[dict[str, object]] = []
-    with open(path, encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, start=1):
+    with io.TextIOWrapper(handle, encoding="utf-8-sig") as text:
+        for number, line in enumerate(text, start=1):
             if not line.strip():
                 continue
             try:
@@ -164,22 +170,6 @@ def _read_json_lines(path: str) -> pa.Table:
                 )
             rows.append(row)
     return _rows_table(rows)
-
-
-def require_regular_file(path: str, what: str) -> None:
-    """Raise ``FileNotFoundError`` or :class:`UnsafeFileError` (FIFO, device, folder) before ``open``."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise MissingFileError(f"{what} {path!r} does not exist") from None
-    if not stat.S_ISREG(mode):
-        raise UnsafeFileError(path, f"the {what} is {file_kind(mode)}, not a regular file")
-
-
-def _starts_with_bracket(path: str) -> bool:
-    with open(path, "rb") as handle:
-        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith(b"[")
 
 
 def as_id_array(array: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torchloom.errors import ConfigError, DecodeError
-from torchloom.io.image import DEFAULT_MAX_PIXELS, check_inside, open_regular
+from torchloom.io.files import open_file
+from torchloom.io.image import DEFAULT_MAX_PIXELS
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -214,12 +215,11 @@ def check_reaches(path: str | os.PathLike[str], last: float, wanted: float, rate
 
 @contextlib.contextmanager
 def open_video(path: str | os.PathLike[str], *, inside: str | None = None) -> Iterator[InputContainer]:
-    """Open ``path`` with PyAV, refusing FIFOs and devices first; PyAV's errors, inside the
-    ``with`` block too, become :class:`DecodeError` naming the file."""
+    """Open ``path`` with PyAV, handing it the file object the file layer opened and checked (a
+    FIFO or a device refused, confined to ``inside``); PyAV's errors, inside the ``with`` block
+    too, become :class:`DecodeError` naming the file."""
     av = require_av()
-    if inside is not None:
-        check_inside(path, inside)
-    with os.fdopen(open_regular(path), "rb") as handle:
+    with open_file(path, inside=inside) as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             raise DecodeError(path, "file is empty (0 bytes)")
         try:

@@ -35,7 +35,7 @@ from typing import IO, BinaryIO
 import numpy as np
 
 from torchloom.errors import DecodeError
-from torchloom.io.image import check_inside, open_regular
+from torchloom.io.files import open_file
 
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
@@ -89,7 +89,7 @@ def probe_volume(
         >>> header.shape, header.member, header.memmappable
         ((4, 5, 6), 'image.npy', False)
     """
-    with _open(path, inside) as handle:
+    with open_file(path, inside=inside) as handle:
         return _probe_open(path, handle, key)
 
 
@@ -111,7 +111,7 @@ def read_volume(
         >>> isinstance(volume, np.memmap), volume.shape, int(volume.sum())
         (True, (2, 3, 4), 24)
     """
-    with _open(path, inside) as handle:
+    with open_file(path, inside=inside) as handle:
         header = _probe_open(path, handle, key)
         if header.nbytes == 0:
             return np.empty(header.shape, header.dtype, order="F" if header.fortran_order else "C")
@@ -132,12 +132,6 @@ def read_volume(
                 "or raise max_bytes",
             )
         return _read_compressed(path, handle, header)
-
-
-def _open(path: str | os.PathLike[str], inside: str | None) -> BinaryIO:
-    if inside is not None:
-        check_inside(path, inside)
-    return os.fdopen(open_regular(path), "rb")
 
 
 def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, key: str | None) -> VolumeHeader:

@@ -10,36 +10,40 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pa_parquet
 
 from torchloom.errors import ManifestError
-from torchloom.io.table import csv_problem_line, read_csv_as_text, require_regular_file, typed_text_columns
+from torchloom.io.files import open_file
+from torchloom.io.table import csv_problem_line, read_csv_as_text, typed_text_columns
 
 Reader = Callable[[str], Iterator[Any]]
 
 
-def _check_local(shard: str) -> None:
-    """A local shard must be a regular file: a FIFO would block the reader forever."""
+@contextlib.contextmanager
+def _open_shard(shard: str) -> Iterator[BinaryIO]:
+    """A shard's bytes: a local path (or ``file://`` URL) through the file layer, opened once and
+    checked on its descriptor (a FIFO would block the reader forever); other URLs through fsspec."""
     if "://" in shard and not shard.startswith("file://"):
+        with fsspec.open(shard, "rb") as remote:
+            yield remote
         return
-    path = shard.removeprefix("file://")
-    if os.path.exists(path):
-        require_regular_file(path, "shard")
+    with open_file(shard.removeprefix("file://")) as local:
+        yield local
 
 
 def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
     """One JSON object per line (a BOM allowed); blank lines are skipped; a bad line names the
     shard and line."""
-    _check_local(shard)
-    with fsspec.open(shard, "rt", encoding="utf-8-sig") as handle:
+    with _open_shard(shard) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -52,8 +56,7 @@ def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
 def read_csv(shard: str) -> Iterator[dict[str, Any]]:
     """CSV with a header row. Values are typed as in manifests: a column of canonical integers
     becomes ints, of numbers floats; anything else, a code like ``007`` included, stays text."""
-    _check_local(shard)
-    with fsspec.open(shard, "rb") as handle:
+    with _open_shard(shard) as handle:
         data = handle.read()
     try:
         table = read_csv_as_text(io.BytesIO(data))
@@ -66,8 +69,7 @@ def read_csv(shard: str) -> Iterator[dict[str, Any]]:
 
 def read_parquet(shard: str) -> Iterator[dict[str, Any]]:
     """Parquet, read one row group at a time."""
-    _check_local(shard)
-    with fsspec.open(shard, "rb") as handle:
+    with _open_shard(shard) as handle:
         try:
             parquet = pa_parquet.ParquetFile(handle)
             for group in range(parquet.num_row_groups):

@@ -37,14 +37,7 @@ import simplejpeg
 from PIL import Image
 
 from torchloom.errors import DecodeError, UnsafeFileError
-from torchloom.io.image import (
-    DEFAULT_MAX_PIXELS,
-    JPEG_MAGIC,
-    decode_image,
-    max_file_bytes,
-    probe_image,
-    read_bytes,
-)
+from torchloom.io.image import JPEG_MAGIC, decode_image, probe_image, read_image_bytes
 from torchloom.tools.doctor.perceptual import (
     HASH_IMAGE_SIDE,
     THUMBNAIL_SIDE,
@@ -179,7 +172,7 @@ class Examination:
         from the larger copy); ``None`` when the file is bad."""
         path = self.paths[i]
         try:
-            data = read_bytes(path, max_bytes=max_file_bytes(DEFAULT_MAX_PIXELS))
+            data = read_image_bytes(path)
         except DecodeError as exc:
             self.problem[i], self.reason[i] = (EMPTY if "empty" in exc.reason else CORRUPT), exc.reason
             return None

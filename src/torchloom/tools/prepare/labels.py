@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import posixpath
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from torchloom.errors import ConfigError, ManifestError
-from torchloom.io.table import require_regular_file
+from torchloom.io.files import open_file
 
 #: Column names accepted for the file path in a CSV label map (first present wins).
 CSV_PATH_COLUMNS = ("path", "file", "filename", "image")
@@ -131,9 +132,8 @@ def read_label_map(path: str) -> list[tuple[str, str]]:
         raise ConfigError(
             f"--labels {path!r} must be a .json map or a .csv file, not {suffix or 'no extension'}"
         )
-    require_regular_file(path, "label file")
     try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
+        with open_file(path) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as handle:
             return _read_json_map(path, handle.read()) if suffix == ".json" else _read_csv_map(path, handle)
     except UnicodeDecodeError as exc:
         raise ManifestError(f"label file {path!r} is not UTF-8 text ({exc})") from exc

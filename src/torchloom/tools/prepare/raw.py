@@ -2,7 +2,7 @@
 which cannot be read.
 
 Nothing here writes to the raw folder; files are opened read-only and FIFOs or devices are
-refused before a byte is read (:func:`torchloom.io.image.open_regular`).
+refused before a byte is read (:func:`torchloom.io.files.open_file`).
 
 Example:
     >>> import numpy as np, os, simplejpeg, tempfile
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from torchloom.datasets.folder import IMAGE_EXTENSIONS
 from torchloom.datasets.index import check_image_file
-from torchloom.io.image import open_regular
+from torchloom.io.files import open_file
 
 #: Bytes read at a time while hashing a file.
 HASH_CHUNK = 1 << 20
@@ -86,7 +86,7 @@ def content_hash(path: str) -> str:
         'cf4ab791c62b8d2b2109c90275287816'
     """
     digest = hashlib.blake2b(digest_size=16)
-    with os.fdopen(open_regular(path), "rb") as handle:
+    with open_file(path) as handle:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

@@ -1,0 +1,495 @@
+"""The file layer: one open, checked on the descriptor, confined to a root, size-guarded; a backend seam."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pytest
+from PIL import Image as PILImage
+
+from conftest import write_jpeg
+from torchloom import Image, ManifestDataset
+from torchloom.errors import (
+    ConfigError,
+    DecodeError,
+    MissingFileError,
+    UnsafeFileError,
+    UnsupportedURLError,
+)
+from torchloom.io import files
+from torchloom.io.files import (
+    LOCAL_FILES,
+    FileBackend,
+    FileInfo,
+    _read_all,
+    backend_for,
+    file_info,
+    open_file,
+    read_bytes,
+    read_range,
+    refuse_size,
+    reopenable_name,
+)
+from torchloom.io.hdf5 import Hdf5Cube, open_hdf5, read_hdf5_array
+from torchloom.io.image import decode_image, probe_file, read_image
+from torchloom.io.table import read_table
+from torchloom.io.volume import read_volume
+from torchloom.streaming import StreamDataset
+from torchloom.tools.prepare.labels import read_label_map
+
+READS: dict[str, Callable[..., object]] = {
+    "read_bytes": read_bytes,
+    "read_range": lambda path, **kw: read_range(path, 0, 16, **kw),
+    "open_file": lambda path, **kw: open_file(path, **kw).close(),
+}
+
+
+# --- regular files ------------------------------------------------------------------------------
+
+
+def test_a_regular_file_reads_whole_and_by_range(tmp_path: Path) -> None:
+    path = tmp_path / "data.bin"
+    data = bytes(range(256)) * 40
+    path.write_bytes(data)
+    assert read_bytes(path) == data and read_bytes(str(path), max_bytes=len(data)) == data
+    assert read_range(path, 0, 10) == data[:10]
+    assert read_range(path, 1000, 300) == data[1000:1300]
+    assert read_range(path, len(data) - 5, 100) == data[-5:]  # a short read at the end
+    assert read_range(path, len(data), 10) == read_range(path, 10**9, 10) == b""
+    assert read_range(path, 3, 0) == b""
+    with open_file(path) as handle:
+        assert handle.read() == data and handle.seekable()
+        assert os.get_blocking(handle.fileno())  # libraries handed it expect a blocking file
+    info = file_info(path)
+    assert info == FileInfo(len(data), path.stat().st_mtime_ns)
+    with pytest.raises(ConfigError, match="offset >= 0"):
+        read_range(path, -1, 4)
+
+
+def test_an_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jpg"
+    path.write_bytes(b"")
+    with pytest.raises(DecodeError, match=r"empty\.jpg.*file is empty \(0 bytes\)"):
+        read_bytes(path)
+    assert read_range(path, 0, 64) == b""
+    assert file_info(path).size == 0
+    with open_file(path) as handle:
+        assert handle.read() == b""
+
+
+def test_a_missing_file_is_a_missing_file_error_naming_it(tmp_path: Path) -> None:
+    for read in (*READS.values(), file_info):
+        with pytest.raises(MissingFileError, match=r"gone\.jpg.*does not exist") as error:
+            read(tmp_path / "gone.jpg")
+        assert isinstance(error.value, FileNotFoundError)
+
+
+def test_a_size_guard_refuses_a_larger_file_unread(tmp_path: Path) -> None:
+    path = tmp_path / "big.bin"
+    path.write_bytes(b"x" * 100)
+    with pytest.raises(DecodeError, match=r"file is 100 bytes, more than max_bytes=99"):
+        read_bytes(path, max_bytes=99)
+    with pytest.raises(DecodeError, match="file is 100 bytes, not an image"):
+        read_bytes(path, max_bytes=99, too_large="not an image")
+
+
+def test_a_file_that_grows_while_read_is_refused_past_max_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fstat said 10 bytes; 100 are there by the time the reads run (appended meanwhile)."""
+    path = tmp_path / "growing.bin"
+    path.write_bytes(b"g" * 100)
+    real_fstat = os.fstat
+
+    def fstat_before_growth(descriptor: int) -> os.stat_result:
+        status = real_fstat(descriptor)
+        fields = list(status[:10])
+        fields[6] = 10  # st_size
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "fstat", fstat_before_growth)
+    with pytest.raises(DecodeError, match="grew past 50 bytes while being read"):
+        read_bytes(path, max_bytes=50)
+    assert read_bytes(path, max_bytes=100) == b"g" * 100  # within the guard: what was appended is read
+    assert read_bytes(path) == b"g" * 100
+
+
+def test_reading_a_file_that_grew_or_shrank_since_its_size_was_taken() -> None:
+    """read_bytes takes the size from fstat, then reads: what was appended meanwhile is read too
+    (within max_bytes), and a file cut short meanwhile gives what is left."""
+    for written, expected, whole, most, result in [
+        (b"0123456789", 4, True, None, b"0123456789"),  # grew from 4 to 10 bytes
+        (b"0123456789", 20, True, None, b"0123456789"),  # shrank from 20 to 10
+        (b"0123456789", 4, False, None, b"0123"),  # a header probe's limit
+    ]:
+        read_end, write_end = os.pipe()
+        os.write(write_end, written)
+        os.close(write_end)
+        try:
+            assert _read_all(read_end, expected, whole=whole, most=most) == result
+        finally:
+            os.close(read_end)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"x" * 100)
+    os.close(write_end)
+    with pytest.raises(ValueError, match="grew past 50"):
+        _read_all(read_end, 10, whole=True, most=50)
+    os.close(read_end)
+
+
+# --- what is not a regular file -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("call", [*READS, "file_info"])
+def test_fifo_device_socket_and_folder_are_refused_without_blocking(tmp_path: Path, call: str) -> None:
+    read = READS.get(call, file_info)
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)  # no writer: an open without O_NONBLOCK, or a read, would wait forever
+    sock_path = tmp_path / "s.jpg"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path))
+    try:
+        for path, kind in [
+            (fifo, "a FIFO"),
+            (Path("/dev/zero"), "a character device"),  # never ends
+            (sock_path, "a socket"),
+            (tmp_path, "a folder"),
+        ]:
+            with pytest.raises(UnsafeFileError, match=f"it is {kind}.*not a regular file") as error:
+                read(path)
+            assert error.value.path == str(path)
+    finally:
+        listener.close()
+
+
+# --- confinement to a root -----------------------------------------------------------------------
+
+
+def _rooted(tmp_path: Path) -> tuple[str, Path, Path]:
+    """A real root holding ``inside.bin``, and ``secret.bin`` outside it."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "inside.bin").write_bytes(b"inside")
+    (tmp_path / "secret.bin").write_bytes(b"secret")
+    return os.path.realpath(root), root / "inside.bin", tmp_path / "secret.bin"
+
+
+@pytest.mark.parametrize("call", READS)
+def test_a_symlink_inside_the_root_is_read(tmp_path: Path, call: str) -> None:
+    root, inside, _ = _rooted(tmp_path)
+    (Path(root) / "link.bin").symlink_to(inside)
+    (Path(root) / "sub").mkdir()
+    (Path(root) / "folder_link").symlink_to(Path(root) / "sub")
+    (Path(root) / "sub" / "deep.bin").write_bytes(b"deep")
+    READS[call](Path(root) / "link.bin", inside=root)
+    READS[call](Path(root) / "folder_link" / "deep.bin", inside=root)
+    assert read_bytes(Path(root) / "link.bin", inside=root) == b"inside"
+
+
+@pytest.mark.parametrize("proc", [True, False], ids=["proc-fd", "no-proc"])
+@pytest.mark.parametrize("call", READS)
+def test_a_symlink_out_of_the_root_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, proc: bool
+) -> None:
+    root, _, secret = _rooted(tmp_path)
+    monkeypatch.setattr(files, "_HAS_FD_NAMES", proc)
+    (Path(root) / "escape.bin").symlink_to(secret)
+    (Path(root) / "folder_escape").symlink_to(tmp_path)
+    for path in (Path(root) / "escape.bin", Path(root) / "folder_escape" / "secret.bin", secret):
+        with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+            READS[call](path, inside=root)
+
+
+def swap_before_open(
+    monkeypatch: pytest.MonkeyPatch, path: Path, swap: Callable[[], None], nth: int = 1
+) -> None:
+    """Run ``swap`` just before the ``nth`` ``os.open`` of ``path``: after any check of the path a
+    reader made before opening it (the window a check-then-open leaves)."""
+    real_open = os.open
+    seen = 0
+
+    def opening(target: object, *args: object, **kwargs: object) -> int:
+        nonlocal seen
+        if os.fspath(target) == str(path):  # type: ignore[call-overload]
+            seen += 1
+            if seen == nth:
+                swap()
+        return real_open(target, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", opening)
+
+
+def _point(link: Path, target: Path) -> Callable[[], None]:
+    def swap() -> None:
+        link.unlink()
+        link.symlink_to(target)
+
+    return swap
+
+
+@pytest.mark.parametrize("proc", [True, False], ids=["proc-fd", "no-proc"])
+def test_a_symlink_swapped_between_validation_and_open_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proc: bool
+) -> None:
+    """The race: a reader that resolves the path, then opens it, reads the file swapped in between."""
+    root, inside, secret = _rooted(tmp_path)
+    monkeypatch.setattr(files, "_HAS_FD_NAMES", proc)
+    link = Path(root) / "link.bin"
+    link.symlink_to(inside)
+    swap_before_open(monkeypatch, link, _point(link, secret))
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        read_bytes(link, inside=root)
+
+
+def test_without_proc_a_file_swapped_back_after_the_open_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback resolves the path after the open: an outside file opened, then the link pointed
+    back inside, resolves inside but names another file than the one opened."""
+    root, inside, secret = _rooted(tmp_path)
+    monkeypatch.setattr(files, "_HAS_FD_NAMES", False)
+    link = Path(root) / "link.bin"
+    link.symlink_to(secret)
+    real_open = os.open
+
+    def open_then_swap_back(target: str, *args: int) -> int:
+        descriptor = real_open(target, *args)
+        _point(link, inside)()
+        return descriptor
+
+    monkeypatch.setattr(os, "open", open_then_swap_back)
+    with pytest.raises(UnsafeFileError, match="changed while it was opened"):
+        read_bytes(link, inside=root)
+
+
+def test_a_dataset_refuses_a_symlink_swapped_in_just_before_its_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    write_jpeg(root / "a.jpg")
+    write_jpeg(tmp_path / "secret.jpg", seed=9)
+    (root / "b.jpg").symlink_to(root / "a.jpg")
+    dataset = ManifestDataset(
+        pa.table({"image": ["b.jpg"]}), root=root, fields=[Image("image")], progress=False
+    )
+    swap_before_open(
+        monkeypatch, Path(dataset.index.paths[0]), _point(root / "b.jpg", tmp_path / "secret.jpg")
+    )
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        dataset.read_file(dataset.index.paths[0])
+
+
+def test_volume_and_png_probe_reads_are_confined_at_the_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    real_root = os.path.realpath(root)
+    np.save(root / "v.npy", np.zeros((2, 2, 2), np.uint8))
+    np.save(tmp_path / "secret.npy", np.ones((2, 2, 2), np.uint8))
+    (root / "link.npy").symlink_to(root / "v.npy")
+    swap_before_open(monkeypatch, root / "link.npy", _point(root / "link.npy", tmp_path / "secret.npy"))
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        read_volume(root / "link.npy", inside=real_root)
+    monkeypatch.undo()
+    # A PNG past the probe's prefix is opened a second time for its chunk walk: confined too.
+    pixels = np.random.default_rng(0).integers(0, 256, (200, 300, 3), dtype=np.uint8)
+    PILImage.fromarray(pixels).save(root / "big.png", compress_level=0)
+    PILImage.fromarray(pixels).save(tmp_path / "secret.png", compress_level=0)
+    (root / "link.png").symlink_to(root / "big.png")
+    assert probe_file(root / "link.png", inside=real_root).width == 300
+    swap_before_open(
+        monkeypatch, root / "link.png", _point(root / "link.png", tmp_path / "secret.png"), nth=2
+    )
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        probe_file(root / "link.png", inside=real_root)
+
+
+# --- readers open the checked file, not the path again ---------------------------------------------
+
+
+def replace_after_first_look(
+    monkeypatch: pytest.MonkeyPatch, path: Path, replace: Callable[[], None]
+) -> None:
+    """Run ``replace`` right after the first ``os.stat`` or ``os.open`` of ``path`` returns: a reader
+    that looks at the path, then opens it again (or hands it to a library), reads the replacement."""
+    done = False
+
+    def hooked(real: Callable[..., object]) -> Callable[..., object]:
+        def call(target: object, *args: object, **kwargs: object) -> object:
+            nonlocal done
+            result = real(target, *args, **kwargs)
+            if not done and isinstance(target, (str, os.PathLike)) and os.fspath(target) == str(path):
+                done = True
+                replace()
+            return result
+
+        return call
+
+    monkeypatch.setattr(os, "open", hooked(os.open))
+    monkeypatch.setattr(os, "stat", hooked(os.stat))
+
+
+def _replace_with_folder(path: Path) -> Callable[[], None]:
+    def replace() -> None:
+        os.rename(path, str(path) + ".old")
+        path.mkdir()
+
+    return replace
+
+
+@pytest.mark.timeout(60)
+def test_manifests_label_maps_and_shards_are_read_from_the_file_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("m.csv", "m.parquet", "m.jsonl", "m.json"):
+        path = tmp_path / name
+        table = pa.table({"image": ["a.jpg", "b.jpg"], "label": [0, 1]})
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, path)
+        elif name == "m.json":
+            path.write_text('[{"image": "a.jpg", "label": 0}, {"image": "b.jpg", "label": 1}]')
+        elif name.endswith(".jsonl"):
+            path.write_text('{"image": "a.jpg", "label": 0}\n{"image": "b.jpg", "label": 1}\n')
+        else:
+            path.write_text("image,label\na.jpg,0\nb.jpg,1\n")
+        replace_after_first_look(monkeypatch, path, _replace_with_folder(path))
+        assert read_table(path).column("image").to_pylist() == ["a.jpg", "b.jpg"], name
+        monkeypatch.undo()
+    labels = tmp_path / "labels.csv"
+    labels.write_text("file,class\nok/1.jpg,ok\n")
+    replace_after_first_look(monkeypatch, labels, _replace_with_folder(labels))
+    assert read_label_map(str(labels)) == [("ok/1.jpg", "ok")]
+    monkeypatch.undo()
+    shard = tmp_path / "part.jsonl"
+    shard.write_text('{"x": 1}\n{"x": 2}\n')
+    replace_after_first_look(monkeypatch, shard, _replace_with_folder(shard))
+    assert [record["x"] for record in StreamDataset([str(shard)])] == [1, 2]
+
+
+@pytest.mark.parametrize("swap", ["replaced", "relinked"])
+def test_hdf5_opens_the_checked_file_not_the_path_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: str
+) -> None:
+    first, other = tmp_path / "a.h5", tmp_path / "b.h5"
+    for name, value in ((first, 1), (other, 2)):
+        with h5py.File(name, "w") as handle:
+            handle.create_dataset("cube", data=np.full((2, 2, 2), value, np.int16))
+    if swap == "replaced":  # renamed over: the file opened is deleted, HDF5 reads it by its file object
+        path, replace = first, lambda: os.replace(other, first)
+    else:  # a symlink pointed elsewhere: HDF5 opens the file opened by its /proc/self/fd name
+        path = tmp_path / "link.h5"
+        path.symlink_to(first)
+        replace = _point(path, other)
+    replace_after_first_look(monkeypatch, path, replace)
+    with open_hdf5(str(path)) as handle:
+        assert int(handle["cube"][()].sum()) == 8
+        if swap == "relinked" and os.path.isdir("/proc/self/fd"):
+            assert handle.filename.startswith("/proc/self/fd/")
+    assert int(read_hdf5_array(path, "cube").sum()) == 16  # the path names the other file by now
+
+
+def test_hdf5_without_a_descriptor_name_reads_through_the_file_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "c.h5"
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("cube", data=np.arange(24, dtype=np.int16).reshape(2, 3, 4))
+    monkeypatch.setattr("torchloom.io.hdf5.reopenable_name", lambda handle: None)
+    cube = Hdf5Cube(path)
+    assert cube.read(rows=slice(1, 2), cols=slice(2, 3), bands=[3, 1]).tolist() == [[[23, 21]]]
+    cube.close()
+
+
+def test_reopenable_name_opens_the_file_held_even_after_the_path_changed(tmp_path: Path) -> None:
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"first")
+    with open_file(path) as handle:
+        name = reopenable_name(handle)
+        if name is None:
+            pytest.skip("no /proc/self/fd on this system")
+        path.unlink()
+        path.write_bytes(b"second")
+        with open(name, "rb") as again:
+            assert again.read() == b"first"
+    assert reopenable_name(io.BytesIO(b"")) is None
+
+
+# --- URLs and other backends -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/cat/1.jpg", "gs://b/x.npy", "https://host/a.csv", "file:///x"])
+def test_a_url_is_refused_with_a_typed_error(url: str) -> None:
+    for read in (*READS.values(), file_info, read_image, read_volume, lambda url: read_table(url + ".csv")):
+        with pytest.raises(UnsupportedURLError, match="URL, and object-store URLs are not supported yet"):
+            read(url)
+    assert isinstance(UnsupportedURLError("x"), ConfigError)
+
+
+def test_a_colon_slash_slash_inside_a_local_path_is_no_url(tmp_path: Path) -> None:
+    assert backend_for(f"{tmp_path}/odd://name.jpg") is LOCAL_FILES
+    with pytest.raises(MissingFileError):
+        read_bytes(f"{tmp_path}/odd://name.jpg")
+
+
+class MemoryFiles:
+    """Files held in a dict: the same four calls as local files, served from memory."""
+
+    def __init__(self, contents: dict[str, bytes]) -> None:
+        self.contents = contents
+
+    def _get(self, path: str, inside: str | None = None) -> bytes:
+        if path not in self.contents:
+            raise MissingFileError(f"file {path!r} does not exist")
+        if inside is not None and not path.startswith(inside.rstrip("/") + "/"):
+            raise UnsafeFileError(path, f"outside the dataset root {inside!r}")
+        return self.contents[path]
+
+    def read(self, path: str, *, inside: str | None, max_bytes: int | None, too_large: str | None) -> bytes:
+        data = self._get(path, inside)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise refuse_size(path, len(data), max_bytes, too_large)
+        return data
+
+    def read_range(self, path: str, offset: int, length: int, *, inside: str | None) -> bytes:
+        return self._get(path, inside)[offset : offset + length]
+
+    def open(self, path: str, *, inside: str | None) -> BinaryIO:
+        return io.BytesIO(self._get(path, inside))
+
+    def info(self, path: str) -> FileInfo:
+        return FileInfo(len(self._get(path)), 0)
+
+
+def test_a_backend_given_explicitly_serves_the_same_calls(tmp_path: Path) -> None:
+    jpeg = write_jpeg(tmp_path / "a.jpg", height=8, width=16)
+    memory: FileBackend = MemoryFiles({"mem://bucket/a.jpg": jpeg, "mem://bucket/empty": b""})
+    url = "mem://bucket/a.jpg"
+    with pytest.raises(UnsupportedURLError):
+        read_bytes(url)  # without the backend, a URL is refused
+    data = read_bytes(url, backend=memory, inside="mem://bucket", max_bytes=1 << 20)
+    assert decode_image(data, url).shape == (8, 16, 3)
+    assert read_range(url, 2, 4, backend=memory) == jpeg[2:6]
+    with open_file(url, backend=memory) as handle:
+        assert handle.read(3) == jpeg[:3]
+    assert file_info(url, backend=memory).size == len(jpeg)
+    with pytest.raises(DecodeError, match="more than max_bytes=10"):
+        read_bytes(url, backend=memory, max_bytes=10)
+    with pytest.raises(DecodeError, match="file is empty"):
+        read_bytes("mem://bucket/empty", backend=memory)
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        read_bytes(url, backend=memory, inside="mem://other")
+    with pytest.raises(MissingFileError):
+        read_range("mem://bucket/none", 0, 1, backend=memory)
+    assert backend_for(url, memory) is memory and backend_for(str(tmp_path)) is LOCAL_FILES
