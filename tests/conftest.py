@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,35 @@ def png_declaring(width: int, height: int) -> bytes:
         + chunk(b"IDAT", zlib.compress(b"\0"))
         + chunk(b"IEND", b"")
     )
+
+
+def swap_before_open(
+    monkeypatch: pytest.MonkeyPatch, path: Path, swap: Callable[[], None], nth: int = 1
+) -> None:
+    """Run ``swap`` just before the ``nth`` ``os.open`` of ``path``: after any check of the path a
+    reader made before opening it (the window a check-then-open leaves)."""
+    real_open = os.open
+    seen = 0
+
+    def opening(target: str | os.PathLike[str], *args: int, **kwargs: int) -> int:
+        nonlocal seen
+        if os.fspath(target) == str(path):
+            seen += 1
+            if seen == nth:
+                swap()
+        return real_open(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opening)
+
+
+def point_link(link: Path, target: Path) -> Callable[[], None]:
+    """A swap that points the symlink ``link`` at ``target``."""
+
+    def swap() -> None:
+        link.unlink()
+        link.symlink_to(target)
+
+    return swap
 
 
 @pytest.fixture
