@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torchloom._compat import register_seed_sequence
 from torchloom.errors import ConfigError
 
 # Upper bound of the draw from torch's generator used when a plain int index arrives.
@@ -207,7 +208,8 @@ class _SeededState:
         return getattr(self._equivalent(), name)
 
 
-np.random.bit_generator.ISpawnableSeedSequence.register(_SeededState)
+# Where numpy takes no seed sequence of another class, every generator comes from its SeedSequence.
+_BATCH_SEEDING = register_seed_sequence(_SeededState)
 
 
 def sample_rngs(seed: int, keys: Sequence[SampleKey]) -> list[np.random.Generator]:
@@ -222,6 +224,8 @@ def sample_rngs(seed: int, keys: Sequence[SampleKey]) -> list[np.random.Generato
     if seed < 0 or any(key < 0 for key in keys):
         raise ConfigError(f"sample_rngs needs a non-negative seed and indices, got {seed=}")
     epochs = [key.epoch for key in keys]
+    if not _BATCH_SEEDING:
+        return [sample_rng(seed, epoch, int(key)) for key, epoch in zip(keys, epochs, strict=True)]
     if seed <= _WORD and max(keys, default=0) <= _WORD and max(epochs, default=0) <= _WORD:
         # The usual case: seed, epoch and index are one word each.
         entropy = np.empty((len(keys), 3), np.uint32)

@@ -11,15 +11,15 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
 import torch
+
+from torchloom._compat import references_beyond, storage_users
 
 Buffer = TypeVar("Buffer")
 
@@ -70,8 +70,7 @@ class ReusePool(Generic[Buffer]):
 
     def _free(self, position: int) -> bool:
         """Nothing but the pool refers to buffer ``position`` (no array, view or tensor)."""
-        # References to a free buffer: the pool's list and getrefcount's own argument.
-        return sys.getrefcount(self._buffers[position]) <= 2
+        return references_beyond(self._buffers, position) == 0
 
 
 class ScratchArrays(ReusePool[np.ndarray]):
@@ -123,34 +122,11 @@ def held_only_by(buffers: Sequence[torch.Tensor | None], position: int) -> bool:
         >>> held_only_by(buffers, 0)
         True
     """
-    # References of a tensor held only there: the list's and getrefcount's own argument.
     return (
         buffers[position] is not None
-        and sys.getrefcount(buffers[position]) <= 2
+        and references_beyond(buffers, position) == 0
         and storage_users(buffers[position]) == 1  # type: ignore[arg-type]
     )
-
-
-def storage_users(tensor: torch.Tensor) -> int | None:
-    """How many tensors (views included) share ``tensor``'s storage; None if torch cannot say."""
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    if count is None:
-        return None
-    storage = tensor.untyped_storage()
-    # The storage's Python object counts one use while Python refers to it. References to it beyond
-    # the baseline (this variable, getrefcount's argument, torch's own) are a caller keeping
-    # ``tensor.untyped_storage()``, which holds the storage as a tensor would.
-    kept = sys.getrefcount(storage) - _storage_object_baseline()
-    return int(count(storage._cdata)) - 1 + max(0, kept)
-
-
-@functools.cache
-def _storage_object_baseline() -> int:
-    """``sys.getrefcount`` of a storage object nothing but a local variable refers to, as
-    :func:`storage_users` measures it (torch holds references of its own, by version)."""
-    tensor = torch.empty(1)
-    storage = tensor.untyped_storage()
-    return sys.getrefcount(storage)
 
 
 class BufferPool(ReusePool[torch.Tensor]):

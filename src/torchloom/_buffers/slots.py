@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from torchloom._compat import new_shared_storage, view_base
+
 # Attribute set on buffers made by BatchSlots: only their slots may be batched without a copy.
 BATCH_BUFFER_MARK = "_torchloom_batch_buffer"
 #: Attribute of a leased worker buffer, and of the batch made from it, holding its lease
@@ -53,7 +55,7 @@ def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         (torch.Size([2, 3]), True, True)
     """
     numel = int(torch.Size(tuple(shape)).numel())
-    storage = torch.UntypedStorage._new_shared(numel * torch.empty(0, dtype=dtype).element_size())
+    storage = new_shared_storage(numel * torch.empty(0, dtype=dtype).element_size())
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape), contiguous_strides(shape))
 
 
@@ -62,7 +64,7 @@ def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
     :class:`BatchSlots` buffer; ``None`` otherwise (any other tensors are copied by the caller,
     so a batch never shares memory with a dataset's own tensors)."""
     first = tensors[0]
-    base = first._base
+    base = view_base(first)
     if base is None or not getattr(base, BATCH_BUFFER_MARK, False):
         return None
     if not first.is_contiguous() or first.numel() == 0:
@@ -74,7 +76,7 @@ def consecutive_block(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
         # A view of the buffer at the next slot's offset with the first's shape, strides and dtype:
         # as the first is contiguous, so is it.
         if (
-            tensor._base is not base
+            view_base(tensor) is not base
             or tensor.storage_offset() != offset
             or tensor.shape != sample_shape
             or tensor.stride() != strides
@@ -93,7 +95,7 @@ def handed_out(buffer: torch.Tensor) -> torch.Tensor:
 
     Example:
         >>> import torch
-        >>> from torchloom._buffers.pool import storage_users
+        >>> from torchloom._compat import storage_users
         >>> buffer = torch.zeros(2, 3)
         >>> batch = handed_out(buffer)
         >>> batch is buffer, batch.data_ptr() == buffer.data_ptr(), storage_users(buffer)

@@ -33,9 +33,7 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -46,8 +44,9 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from torchloom._buffers.pool import held_only_by, storage_users
+from torchloom._buffers.pool import held_only_by
 from torchloom._buffers.slots import LEASE_ATTRIBUTE, empty_batch, shared_empty
+from torchloom._compat import references_beyond, storage_objects_live_with_their_storage, storage_users
 
 
 @dataclass
@@ -190,21 +189,20 @@ class ShippedBatch(dict[str, Any]):
     leases: list[tuple[Lease, torch.Tensor]]
 
     def __reduce__(self) -> tuple[Any, ...]:
-        for lease, tensor in self.leases:
+        for entry in self.leases:  # the tensor is not bound to a name here: that would hold it
+            lease = entry[0]
             # When it ships, the batch's tensor must be held by this batch alone: a reference kept
             # elsewhere in the worker (a collate function remembering the previous batch) could
             # send the buffer again later, as a plain tensor whose release nobody reports.
-            lease.kept = lease.shipped or not self._holds_alone(tensor)
+            lease.kept = lease.shipped or not self._holds_alone(entry)
             lease.shipped = True
         return (_received, (dict(self), self.leases))
 
-    def _holds_alone(self, tensor: torch.Tensor) -> bool:
-        """Only this batch holds ``tensor`` (its field and its lease entry) and its buffer's storage
-        (besides the pool's own tensor)."""
-        # References: a field of this dict, the lease tuple, the caller's loop variable, this
-        # parameter and getrefcount's argument.
-        fields = sum(value is tensor for value in self.values())
-        return fields == 1 and sys.getrefcount(tensor) <= 5 and storage_users(tensor) == 2
+    def _holds_alone(self, entry: tuple[Lease, torch.Tensor]) -> bool:
+        """Only this batch holds the tensor of lease ``entry`` (one field and the entry itself) and
+        its buffer's storage (besides the pool's own tensor)."""
+        fields = sum(value is entry[1] for value in self.values())
+        return fields == 1 and references_beyond(entry, 1) == 1 and storage_users(entry[1]) == 2
 
 
 def ship(batch: Any) -> Any:
@@ -232,7 +230,7 @@ def ship(batch: Any) -> Any:
 def _received(data: dict[str, Any], leases: list[tuple[Lease, torch.Tensor]]) -> dict[str, Any]:
     """Unpickling a :class:`ShippedBatch`: register each buffer's release, return the plain dict."""
     pid = os.getpid()
-    if not _storages_outlive_their_objects():
+    if not storage_objects_live_with_their_storage():
         return data  # no release is ever written: the worker allocates fresh buffers
     for lease, tensor in leases:
         # Only a batch that crossed to another process through shared memory is released: a copy
@@ -248,17 +246,3 @@ def _received(data: dict[str, Any], leases: list[tuple[Lease, torch.Tensor]]) ->
 def _release(board: np.ndarray, position: int, generation: int, pid: int) -> None:
     if os.getpid() == pid:  # not a forked child dropping its copy of the parent's objects
         board[position] = generation
-
-
-@functools.cache
-def _storages_outlive_their_objects() -> bool:
-    """Whether a finalizer on a storage's Python object fires when the last tensor or view of the
-    storage dies, and not before (torch keeps the object alive with the storage)."""
-    fired: list[bool] = []
-    tensor = torch.empty(2)
-    view = tensor[1:]
-    weakref.finalize(tensor.untyped_storage(), fired.append, True)
-    del tensor
-    early = bool(fired)
-    del view
-    return not early and bool(fired)

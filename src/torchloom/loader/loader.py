@@ -35,6 +35,7 @@ from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import BatchSlots
 from torchloom.collate import collate
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
+from torchloom.loader.pinning import pin_batch
 from torchloom.resume.state import Resumable, check_epoch
 from torchloom.samplers.index import IndexSampler
 
@@ -252,9 +253,7 @@ class Loader(Resumable):
             samples = [self.dataset[key] for key in keys]
         batch = self.collate_fn(samples)
         if self.pin_memory:
-            from torch.utils.data._utils.pin_memory import pin_memory
-
-            batch = pin_memory(batch)
+            batch = pin_batch(batch)
         return batch
 
     # --- state ----------------------------------------------------------------------------------

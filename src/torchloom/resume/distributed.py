@@ -14,12 +14,12 @@ Example:
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from torchloom._compat import accelerate_shard_processes
 from torchloom.errors import ConfigError
 
 # Frames looked at above a sampler's first step to find a wrapper that splits batches across ranks.
@@ -119,20 +119,9 @@ def outer_batch_splitter() -> int | None:
     Hugging Face Accelerate's ``accelerator.prepare(loader)`` wraps the loader's batch sampler in a
     ``BatchSamplerShard`` that gives each process every ``num_processes``-th batch of what the
     sampler yields. A torchloom sampler that also split by rank would be split twice (each rank
-    training on half its share). Accelerate offers no setting to turn its split off, so the sampler
-    asks here, at its first step, and yields the global order when such a wrapper is found.
-    Called from inside a sampler's iterator; looks a few frames up, reads nothing else.
+    training on half its share). Accelerate offers no setting to turn its split off, nor a public
+    way to see it, so the sampler asks here, at its first step, and yields the global order when
+    such a wrapper is found. (A sampler built with ``rank=0, world_size=1`` yields the global order
+    whatever is found.) Called from inside a sampler's iterator; looks a few frames up.
     """
-    frame = sys._getframe(1)
-    for _ in range(_WRAPPER_SEARCH_DEPTH):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return None
-        # Only Accelerate's frames have their locals read (reading f_locals makes a snapshot).
-        if not str(frame.f_globals.get("__name__", "")).startswith("accelerate."):
-            continue
-        owner = frame.f_locals.get("self")
-        if type(owner).__name__ == "BatchSamplerShard":
-            processes = int(getattr(owner, "num_processes", 1))
-            return processes if processes > 1 else None
-    return None
+    return accelerate_shard_processes(frames=_WRAPPER_SEARCH_DEPTH + 1)  # + 1: this function's frame
