@@ -1,7 +1,8 @@
 """Map-style datasets over real layouts."""
 
+from torchloom.datasets.discovery import IMAGE_EXTENSIONS
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
-from torchloom.datasets.folder import IMAGE_EXTENSIONS, FolderDataset
+from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
 from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.datasets.manifest import ManifestDataset
