@@ -1,6 +1,6 @@
 """Map-style datasets over real layouts."""
 
-from torchloom.datasets.discovery import IMAGE_EXTENSIONS
+from torchloom.datasets.discovery import IMAGE_EXTENSIONS, Discovery, find_samples
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
 from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
@@ -18,6 +18,7 @@ __all__ = [
     "VIDEO_EXTENSIONS",
     "VOLUME_EXTENSIONS",
     "DatasetReport",
+    "Discovery",
     "FolderDataset",
     "HyperspectralDataset",
     "Image",
@@ -34,6 +35,7 @@ __all__ = [
     "VolumeDataset",
     "WindowDataset",
     "WindowIndex",
+    "find_samples",
     "open_cube",
     "spatial_block_split",
 ]
