@@ -130,7 +130,7 @@ def doctor_section(quick: bool) -> str:
     with tempfile.TemporaryDirectory(prefix="torchloom-bench-doctor-") as folder:
         root = os.path.join(folder, "data")
         write_class_folders(root, [count // 2] * 2, size=(256, 256), progress=False)
-        paths = find_layout(root).paths
+        paths = find_layout(root).paths.to_list()
         _bare(paths[:200])  # warm the page cache and the decoder
         rounds = 2 if quick else 3
         best = _interleaved(

@@ -1,7 +1,8 @@
 """Map-style datasets over real layouts."""
 
+from torchloom.datasets.discovery import IMAGE_EXTENSIONS, Discovery, find_samples
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
-from torchloom.datasets.folder import IMAGE_EXTENSIONS, FolderDataset
+from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
 from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.datasets.manifest import ManifestDataset
@@ -17,6 +18,7 @@ __all__ = [
     "VIDEO_EXTENSIONS",
     "VOLUME_EXTENSIONS",
     "DatasetReport",
+    "Discovery",
     "FolderDataset",
     "HyperspectralDataset",
     "Image",
@@ -33,6 +35,7 @@ __all__ = [
     "VolumeDataset",
     "WindowDataset",
     "WindowIndex",
+    "find_samples",
     "open_cube",
     "spatial_block_split",
 ]

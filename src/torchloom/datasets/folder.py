@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.base import IndexedDataset, Slot
+from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
 from torchloom.datasets.index import (
     VALIDATE_CHOICES,
     DatasetReport,
     SampleIndex,
-    StringColumn,
     Validate,
     check_image_file,
     keep_valid,
@@ -30,22 +30,29 @@ from torchloom.faults import FaultPolicy
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 from torchloom.transforms.base import Transform
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".gif")
-
 
 class FolderDataset(IndexedDataset):
     """Images under ``root/<class>/...`` (any depth), labelled by their class folder.
 
-    Classes are the sorted names of ``root``'s sub-folders; files are found recursively, with
-    extensions matched case-insensitively. The index is built and validated once: invalid files
-    are excluded and listed in :attr:`report` (``strict=True`` raises one error listing them all),
-    files with other extensions are ignored and counted there, and class folders with no images
-    stay in :attr:`classes` (so label numbers are stable) with a warning.
+    Classes are the sorted names of ``root``'s sub-folders; which files are images is decided by
+    :mod:`torchloom.datasets.discovery` (extensions in any case, hidden entries left out, symlinks
+    followed inside ``root``, the same rules as ``torchloom doctor`` and ``prepare``). The index is
+    built and validated once: invalid files are excluded and listed in :attr:`report`
+    (``strict=True`` raises one error listing them all), as are symlinks leading outside ``root``
+    and folders that cannot be listed; files that are not samples are ignored and counted there,
+    and class folders with no images stay in :attr:`classes` (so label numbers are stable) with a
+    warning.
+
+    A split root (``root/train/<class>/...``, ``root/val/...``) is read one split at a time:
+    ``split="train"`` reads ``root/train`` with the classes of every split, so that the label
+    numbers of the train and val datasets agree. Without ``split``, a split root is a
+    :class:`torchloom.errors.ConfigError` naming its splits (never classes named train and val).
 
     Samples are ``{"image": uint8 CHW tensor, "label": int, "index": int, "path": str}``.
 
     Args:
-        root: the folder holding one sub-folder per class.
+        root: the folder holding one sub-folder per class (or one per split: see ``split``).
+        split: the split folder of a split root to read (``"train"``, ``"val"``, ...).
         transform: ``transform(image, rng)`` on the HWC ``uint8`` array (see
             :mod:`torchloom.transforms`); its result becomes a CHW tensor.
         extensions: file extensions that are images.
@@ -54,6 +61,7 @@ class FolderDataset(IndexedDataset):
         on_error: ``"raise"``, ``"skip"``, ``"retry"`` or a :class:`FaultPolicy`.
         seed: the seed of :func:`torchloom.sample_rng` for :class:`torchloom.SampleKey` keys.
         debug: log the first samples and check all samples share keys, dtypes and dimensions.
+        allow_outside_root: follow symlinks that lead outside ``root`` instead of refusing them.
         max_pixels: larger images are refused (decompression-bomb guard).
         exif_orientation: turn photos upright as their EXIF tag says (default), as viewers do;
             ``False`` keeps the stored pixel order.
@@ -74,6 +82,7 @@ class FolderDataset(IndexedDataset):
         self,
         root: str | os.PathLike[str],
         *,
+        split: str | None = None,
         transform: Transform | None = None,
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
         validate: Validate = "header",
@@ -81,6 +90,7 @@ class FolderDataset(IndexedDataset):
         on_error: str | FaultPolicy = "raise",
         seed: int = 0,
         debug: bool = False,
+        allow_outside_root: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         exif_orientation: bool = True,
         workers: int | None = None,
@@ -90,42 +100,44 @@ class FolderDataset(IndexedDataset):
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise MissingFileError(f"FolderDataset root {self.root!r} is not a folder")
-        self.report = DatasetReport()
-        self.classes = sorted(
-            entry.name for entry in os.scandir(self.root) if entry.is_dir() and not entry.name.startswith(".")
+        found = find_samples(
+            self.root,
+            extensions=extensions,
+            split=split,
+            allow_outside_root=allow_outside_root,
+            what="FolderDataset",
         )
-        if not self.classes:
+        if not found.classes:
+            loose = f" ({len(found.paths)} file(s) lie directly in it)" if len(found.paths) else ""
             raise EmptyDatasetError(
-                f"FolderDataset root {self.root!r} has no class folders; expected root/<class>/<image>"
+                f"FolderDataset root {self.root!r} has no class folders{loose}; expected root/<class>/<image>"
             )
+        #: The split folder read (``split=``), or None.
+        self.split = found.split_names[0] if found.layout == "splits" else None
+        self.classes = found.classes
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        for entry in os.scandir(self.root):
-            if entry.is_file():
-                self.report.ignore(entry.path, "file directly in root, not in a class folder")
-        lowered = tuple(extension.lower() for extension in extensions)
-        paths, labels, unreadable = self._scan(lowered)
-        if unreadable and strict:
-            raise ValidationFailedError(f"FolderDataset {self.root!r}", unreadable)
-        self.report.invalid.extend(unreadable)
+        if strict and found.refused:
+            raise ValidationFailedError(
+                f"FolderDataset {self.root!r}", [(item.path, item.text) for item in found.refused]
+            )
+        self.report = DatasetReport()
+        found.add_to(self.report)
         reasons = validate_files(
-            paths,
+            found.paths,
             lambda path: check_image_file(path, validate, max_pixels),
             workers=workers,
             progress=progress and validate != "none",
             description=f"validating {os.path.basename(self.root) or self.root}",
         )
         keep = keep_valid(
-            reasons, paths.__getitem__, self.report, strict=strict, what=f"FolderDataset {self.root!r}"
+            reasons, found.paths.__getitem__, self.report, strict=strict, what=f"FolderDataset {self.root!r}"
         )
         if len(keep) == 0:
             raise EmptyDatasetError(
                 f"FolderDataset {self.root!r} has no usable images "
-                f"(extensions {list(lowered)}):\n{self.report}"
+                f"(extensions {[e.lower() for e in extensions]}):\n{self.report}"
             )
-        index = SampleIndex(
-            StringColumn.from_strings(paths[int(i)] for i in keep),
-            np.asarray(labels, dtype=np.int64)[keep],
-        )
+        index = SampleIndex(found.paths, found.labels).take(keep)
         super().__init__(
             index,
             transform=transform,
@@ -142,30 +154,6 @@ class FolderDataset(IndexedDataset):
                 "usable images; they keep their label numbers but will never be sampled",
                 stacklevel=2,
             )
-
-    def _scan(self, extensions: tuple[str, ...]) -> tuple[list[str], list[int], list[tuple[str, str]]]:
-        """Image paths and labels, and the folders that could not be listed (with why)."""
-        paths: list[str] = []
-        labels: list[int] = []
-        unreadable: list[tuple[str, str]] = []
-
-        def note(error: OSError) -> None:
-            unreadable.append((str(error.filename), f"cannot list folder: {type(error).__name__}: {error}"))
-
-        for label, name in enumerate(self.classes):
-            found: list[str] = []
-            for folder, subfolders, files in os.walk(os.path.join(self.root, name), onerror=note):
-                subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
-                for file_name in files:
-                    path = os.path.join(folder, file_name)
-                    if os.path.splitext(file_name)[1].lower() in extensions:
-                        found.append(path)
-                    else:
-                        self.report.ignore(path, "extension not in extensions")
-            found.sort()
-            paths.extend(found)
-            labels.extend([label] * len(found))
-        return paths, labels, unreadable
 
     @property
     def targets(self) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""One rule for the command line's DATA argument: a folder is a class folder, a file a manifest."""
+"""One rule for the command line's DATA argument: a folder is a class folder (or a split root
+read one split at a time), a file a manifest."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from typing import Any
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.manifest import ManifestDataset
+from torchloom.errors import ConfigError
 
 
-def open_image_dataset(data: str | os.PathLike[str], **options: Any) -> IndexedDataset:
-    """A folder (``DATA/<class>/<image>``) as a :class:`FolderDataset`, anything else as a
-    :class:`ManifestDataset`; ``options`` go to either constructor (``transform=``, ``on_error=``...).
+def open_image_dataset(
+    data: str | os.PathLike[str], *, split: str | None = None, **options: Any
+) -> IndexedDataset:
+    """A folder (``DATA/<class>/<image>``, or ``DATA/<split>/<class>/<image>`` with ``split``) as a
+    :class:`FolderDataset`, anything else as a :class:`ManifestDataset`; ``options`` go to either
+    constructor (``transform=``, ``on_error=``...).
 
     Example:
         >>> import tempfile
@@ -23,5 +28,10 @@ def open_image_dataset(data: str | os.PathLike[str], **options: Any) -> IndexedD
         'FolderDataset'
     """
     if os.path.isdir(data):
-        return FolderDataset(data, **options)
+        return FolderDataset(data, split=split, **options)
+    if split is not None:
+        raise ConfigError(
+            f"split={split!r} (--split) chooses a split folder of a split root; {os.fspath(data)!r} "
+            "is a manifest: read the rows of that split instead"
+        )
     return ManifestDataset(data, **options)

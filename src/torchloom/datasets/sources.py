@@ -1,11 +1,12 @@
 """Datasets of one file per sample: where they find their files, and the header probe that indexes them.
 
-A source is a folder (one sub-folder per class, as ImageFolder and UCF101 lay files out, or
-files directly in it, unlabelled), a manifest (a file :func:`torchloom.io.table.read_table`
-reads, or a pyarrow table) with a path column and an optional label column, or a list of
-paths. Manifest paths go through the same :class:`torchloom.Image` field compilation as
-:class:`torchloom.ManifestDataset` (paths must stay inside ``root``), labels through
-:class:`torchloom.Label`.
+A source is a folder (one sub-folder per class, as ImageFolder and UCF101 lay files out; one
+split of a split root, chosen with ``split=``; or files directly in it, unlabelled; its files
+found by :mod:`torchloom.datasets.discovery`, as every folder's are), a manifest (a file
+:func:`torchloom.io.table.read_table` reads, or a pyarrow table) with a path column and an
+optional label column, or a list of paths. Manifest paths go through the same
+:class:`torchloom.Image` field compilation as :class:`torchloom.ManifestDataset` (paths must stay
+inside ``root``), labels through :class:`torchloom.Label`.
 
 Example:
     >>> import os, tempfile
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.discovery import find_samples
 from torchloom.datasets.fields import FieldContext, Image, Label
 from torchloom.datasets.index import (
     Column,
@@ -39,7 +41,7 @@ from torchloom.datasets.index import (
     validate_files,
 )
 from torchloom.datasets.manifest import _load_manifest
-from torchloom.errors import DataError, DecodeError, EmptyDatasetError, MissingFileError
+from torchloom.errors import ConfigError, DataError, DecodeError, EmptyDatasetError, MissingFileError
 from torchloom.faults import FaultPolicy
 from torchloom.io.table import MANIFEST_SUFFIXES
 from torchloom.transforms.base import Transform
@@ -70,16 +72,26 @@ def find_files(
     label_column: str | None = "label",
     root: str | os.PathLike[str] | None = None,
     allow_outside_root: bool = False,
+    split: str | None = None,
+    what: str = "the dataset",
 ) -> FoundFiles:
     """The sample files of ``source`` (see the module docstring); what is left out goes to ``report``.
 
-    A manifest's rows with an empty path or label are left out and listed in ``report``; a
-    label column is optional (``label_column=None`` ignores it).
+    A folder is read by :func:`torchloom.datasets.discovery.find_samples` (``split`` chooses the
+    split folder of a split root; ``what`` names the reader in its errors). A manifest's rows with
+    an empty path or label are left out and listed in ``report``; a label column is optional
+    (``label_column=None`` ignores it).
     """
+    folder = isinstance(source, (str, os.PathLike)) and not _is_manifest(source)
+    if split is not None and not folder:
+        raise ConfigError(
+            f"split={split!r} chooses a split folder of a folder source; for a manifest or a list "
+            "of paths, pass the rows or paths of that split instead"
+        )
     if isinstance(source, pa.Table) or _is_manifest(source):
         return _from_manifest(source, report, path_column, label_column, root, allow_outside_root)
     if isinstance(source, (str, os.PathLike)):
-        return _from_folder(os.fspath(source), tuple(e.lower() for e in extensions), report)
+        return _from_folder(os.fspath(source), extensions, split, allow_outside_root, report, what)
     paths = [os.fspath(path) for path in source]
     return FoundFiles(paths, np.full(len(paths), -1, np.int64), None, f"{len(paths)} paths")
 
@@ -118,47 +130,25 @@ def _from_manifest(
     )
 
 
-def _from_folder(root: str, extensions: tuple[str, ...], report: DatasetReport) -> FoundFiles:
+def _from_folder(
+    root: str,
+    extensions: Sequence[str],
+    split: str | None,
+    allow_outside_root: bool,
+    report: DatasetReport,
+    what: str,
+) -> FoundFiles:
     if not os.path.isdir(root):
         suffixes = ", ".join(MANIFEST_SUFFIXES)
         raise MissingFileError(
             f"{root!r} is neither a folder nor a manifest ({suffixes}); pass single files as a list of paths"
         )
-    entries = sorted(os.scandir(root), key=lambda entry: entry.name)
-    classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
-    # Not is_file(): a FIFO or device named like a sample is listed, to be refused with a reason.
-    loose = [e.path for e in entries if not e.is_dir() and e.name.lower().endswith(extensions)]
-    if not classes:  # files directly in root: unlabelled samples
-        return FoundFiles(loose, np.full(len(loose), -1, np.int64), None, root)
-    for path in loose:
-        report.ignore(path, "file directly in root, not in a class folder")
-    paths: list[str] = []
-    labels: list[int] = []
-    for label, name in enumerate(classes):
-        found = _walk(os.path.join(root, name), extensions, report)
-        paths += found
-        labels += [label] * len(found)
-        if not found:
-            report.empty_classes.append(name)
-    return FoundFiles(paths, np.asarray(labels, dtype=np.int64), classes, root)
-
-
-def _walk(folder: str, extensions: tuple[str, ...], report: DatasetReport) -> list[str]:
-    """Files under ``folder`` with one of ``extensions`` (hidden folders skipped), sorted."""
-    found: list[str] = []
-
-    def unreadable(error: OSError) -> None:
-        report.invalid.append((str(error.filename), f"cannot list folder: {type(error).__name__}: {error}"))
-
-    for parent, subfolders, files in os.walk(folder, onerror=unreadable):
-        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-        for name in files:
-            path = os.path.join(parent, name)
-            if name.lower().endswith(extensions):
-                found.append(path)
-            else:
-                report.ignore(path, "extension not in extensions")
-    return sorted(found)
+    found = find_samples(
+        root, extensions=extensions, split=split, allow_outside_root=allow_outside_root, what=what
+    )
+    found.add_to(report)
+    report.empty_classes += found.empty_classes
+    return FoundFiles(found.paths.to_list(), found.labels, found.classes or None, root)
 
 
 def probe_files(
@@ -218,6 +208,7 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
         label_column: str | None,
         root: str | os.PathLike[str] | None,
         allow_outside_root: bool,
+        split: str | None,
         workers: int | None,
         progress: bool,
     ) -> None:
@@ -230,6 +221,8 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
             label_column=label_column,
             root=root,
             allow_outside_root=allow_outside_root,
+            split=split,
+            what=type(self).__name__,
         )
         self.source_name = found.name
         #: Class names (folder names or the label column's classes), or None when unlabelled.

@@ -31,8 +31,10 @@ MAX_CLIP_SPAN = 1 << 40
 class VideoClipDataset(ProbedFileDataset[VideoHeader]):
     """Clips of ``frames`` frames from video files, labelled by class folder or manifest column.
 
-    Sources: a folder of class folders (``root/<class>/<clip>.avi``, the UCF101 layout; or
-    videos directly in the folder, unlabelled), a manifest (CSV, JSON, JSONL, Parquet or a
+    Sources: a folder of class folders (``root/<class>/<clip>.avi``, the UCF101 layout; one
+    split of a split root, ``root/<split>/<class>/<clip>.avi``, chosen with ``split``; or videos
+    directly in the folder, unlabelled; files found as :class:`torchloom.FolderDataset` finds
+    them), a manifest (CSV, JSON, JSONL, Parquet or a
     pyarrow table) with ``path_column`` and, optionally, ``label_column``, or a list of paths.
     Every file's header is probed at construction, in threads: durations, frame counts and
     rates go into numpy arrays (:attr:`durations`, :attr:`frame_counts`, :attr:`rates`), and
@@ -71,8 +73,11 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
             the segment start was drawn from it.
         validate: ``"header"`` (default: probe each file's header) or ``"full"`` (decode every
             frame at construction: catches truncated files, costs a full decode).
-        path_column, label_column, root, allow_outside_root: for a manifest source, as in
+        path_column, label_column, root: for a manifest source, as in
             :class:`torchloom.ManifestDataset`; a missing label column means unlabelled samples.
+        allow_outside_root: accept manifest paths and folder symlinks that lead outside the root.
+        split: the split folder of a split-root folder source (``"train"``, ``"val"``, ...); a
+            split root without it is a :class:`torchloom.errors.ConfigError` naming its splits.
         Other arguments are as in :class:`torchloom.FolderDataset`.
 
     Example:
@@ -106,6 +111,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         label_column: str | None = "label",
         root: str | os.PathLike[str] | None = None,
         allow_outside_root: bool = False,
+        split: str | None = None,
         workers: int | None = None,
         progress: bool = True,
     ) -> None:
@@ -124,6 +130,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
             label_column=label_column,
             root=root,
             allow_outside_root=allow_outside_root,
+            split=split,
             workers=workers,
             progress=progress,
         )

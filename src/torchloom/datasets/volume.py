@@ -24,13 +24,13 @@ VOLUME_NDIMS = (3, 4)
 class VolumeDataset(ProbedFileDataset[VolumeHeader]):
     """Volumes from ``.npy`` files or ``.npz`` members, labelled by class folder or manifest column.
 
-    Sources are those of :class:`torchloom.datasets.VideoClipDataset`: a folder (class folders, or files
-    directly in it, unlabelled), a manifest with ``path_column`` and an optional
-    ``label_column``, or a list of paths. Every header is probed at construction, in threads,
-    without reading data: a file that is not a ``(D, H, W)`` or ``(C, D, H, W)`` numeric array,
-    or is truncated, is left out and listed in :attr:`report` (``strict=True`` raises). Shapes
-    go into :attr:`shapes`, an ``int64`` ``(N, 4)`` array of ``(C, D, H, W)`` with ``C = 0``
-    for volumes without a channel axis.
+    Sources are those of :class:`torchloom.datasets.VideoClipDataset`: a folder (class folders,
+    one split of a split root chosen with ``split``, or files directly in it, unlabelled), a
+    manifest with ``path_column`` and an optional ``label_column``, or a list of paths. Every
+    header is probed at construction, in threads, without reading data: a file that is not a
+    ``(D, H, W)`` or ``(C, D, H, W)`` numeric array, or is truncated, is left out and listed in
+    :attr:`report` (``strict=True`` raises). Shapes go into :attr:`shapes`, an ``int64``
+    ``(N, 4)`` array of ``(C, D, H, W)`` with ``C = 0`` for volumes without a channel axis.
 
     ``.npy`` files and stored npz members are memory-mapped (see :mod:`torchloom.io.volume`):
     the transform receives the read-only memmap, so a crop reads only its region; compressed
@@ -70,6 +70,7 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
         label_column: str | None = "label",
         root: str | os.PathLike[str] | None = None,
         allow_outside_root: bool = False,
+        split: str | None = None,
         max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
         workers: int | None = None,
         progress: bool = True,
@@ -88,6 +89,7 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
             label_column=label_column,
             root=root,
             allow_outside_root=allow_outside_root,
+            split=split,
             workers=workers,
             progress=progress,
         )

@@ -56,6 +56,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The DATA argument of the commands that read a dataset as FolderDataset or ManifestDataset
+    would, and ``--split``, the split folder to read when DATA is a split root.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_data_arguments(parser)
+        >>> parser.parse_args(["data", "--split", "val"]).split
+        'val'
+    """
+    parser.add_argument(
+        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, .parquet, ...)"
+    )
+    parser.add_argument(
+        "--split", default=None, help="the split folder to read when DATA is a split root (train, val, ...)"
+    )
+
+
 @dataclass
 class Output:
     """A command's output stream: ``rich=True`` draws tables, ``False`` prints aligned plain text.

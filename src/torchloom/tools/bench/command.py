@@ -9,7 +9,7 @@ from typing import Any
 
 from torchloom.errors import TorchloomError
 from torchloom.tools.bench.measure import run_bench
-from torchloom.tools.terminal import EXIT_PROBLEMS, positive_int
+from torchloom.tools.terminal import EXIT_PROBLEMS, add_data_arguments, positive_int
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -17,9 +17,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         "bench", help="measure DataLoader/Loader settings on your data, pick the fastest"
     )
-    parser.add_argument(
-        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)"
-    )
+    add_data_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--budget", type=float, default=30.0, help="seconds the whole search may take")
     parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
@@ -43,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
             budget_s=args.budget,
             as_json=args.json,
             plot=args.plot or None,
+            split=args.split,
         )
     except TorchloomError as exc:
         print(f"torchloom bench: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -15,9 +15,11 @@ from torchloom.loader.autotune import TuneResult, tune
 from torchloom.tools.terminal import Output
 
 
-def run_bench(data: str, *, batch_size: int, budget_s: float, as_json: bool, plot: str | None) -> int:
+def run_bench(
+    data: str, *, batch_size: int, budget_s: float, as_json: bool, plot: str | None, split: str | None = None
+) -> int:
     """Measure, print and plot; returns the exit status."""
-    dataset = open_image_dataset(data, on_error="skip")
+    dataset = open_image_dataset(data, split=split, on_error="skip")
     result = tune(dataset, batch_size=batch_size, budget_s=budget_s, progress=not as_json)
     if as_json:
         print(json.dumps(_as_json(result), indent=2))

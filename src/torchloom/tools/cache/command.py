@@ -10,7 +10,7 @@ from typing import Any
 from torchloom.cache import DecodedCache
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import TorchloomError
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, positive_int
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, add_data_arguments, positive_int
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -18,9 +18,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         "cache", help="decode a dataset's images once into a memory-mapped cache"
     )
-    parser.add_argument(
-        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, ...)"
-    )
+    add_data_arguments(parser)
     parser.add_argument("--out", required=True, help="the cache folder to build (reused when up to date)")
     parser.add_argument(
         "--max-side", type=positive_int, default=None, help="shrink images so their longer side is at most N"
@@ -41,10 +39,19 @@ def run(args: argparse.Namespace) -> int:
     """Run ``torchloom cache`` with parsed arguments; returns the exit status."""
     if not os.path.exists(args.data):
         args.parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
-    return run_cache(args.data, args.out, max_side=args.max_side, memory=args.memory, workers=args.workers)
+    return run_cache(
+        args.data,
+        args.out,
+        max_side=args.max_side,
+        memory=args.memory,
+        workers=args.workers,
+        split=args.split,
+    )
 
 
-def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None) -> int:
+def run_cache(
+    data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None, split: str | None = None
+) -> int:
     """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
     if os.path.isdir(data) and is_within(out, data):
         print(
@@ -54,7 +61,7 @@ def run_cache(data: str, out: str, *, max_side: int | None, memory: bool, worker
         )
         return EXIT_USAGE
     try:
-        dataset = open_image_dataset(data, on_error="skip", workers=workers)
+        dataset = open_image_dataset(data, split=split, on_error="skip", workers=workers)
         cache = DecodedCache(
             dataset, out, max_side=max_side, location="memory" if memory else "disk", workers=workers
         )

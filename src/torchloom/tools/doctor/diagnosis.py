@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from torchloom.datasets.discovery import Discovery
 from torchloom.errors import ConfigError
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE, examination_groups
 from torchloom.tools.doctor.examine import Examination, examine_files
-from torchloom.tools.doctor.layout import DataLayout, find_layout
+from torchloom.tools.doctor.layout import find_layout
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available, write_plots
 from torchloom.tools.doctor.report import build_document, duplicate_pairs
@@ -63,7 +64,7 @@ class DoctorReport:
     """
 
     document: dict[str, Any]
-    layout: DataLayout
+    layout: Discovery
     facts: Examination
 
     @property
@@ -112,7 +113,7 @@ def diagnose(
     if not 0 <= near_max_distance < HASH_BITS:
         raise ConfigError(f"near_max_distance must be in 0..{HASH_BITS - 1}, got {near_max_distance}")
     layout = find_layout(os.fspath(data))
-    facts = examine_files(layout.paths, workers=workers, progress=progress)
+    facts = examine_files(layout.paths.to_list(), workers=workers, progress=progress)
     groups = examination_groups(facts, near_max_distance=near_max_distance)
     pairs = duplicate_pairs(layout, facts, groups)
     document = build_document(layout, facts, groups, pairs, near_max_distance=near_max_distance)

@@ -4,8 +4,9 @@ Top-level keys (schema in :data:`torchloom.tools.doctor.schema.REPORT_SCHEMA`, v
 :data:`~torchloom.tools.doctor.schema.SCHEMA_VERSION`):
 
 - ``schema_version``: an integer, raised on any incompatible change;
-- ``data``: source, layout (``classes``, ``splits`` or ``manifest``), file count, split and class
-  names, ignored files (with why);
+- ``data``: source, layout (``classes``, ``splits``, ``files`` or ``manifest``), file count,
+  split and class names, what was left out (with the reason, worded as every folder reader words
+  it: :mod:`torchloom.datasets.discovery`);
 - ``problems``: ``count``, ``by_kind`` and one readable ``message`` per problem (see below);
 - ``bad_files``: unreadable, empty, truncated, corrupt and non-image files, each with its reason;
 - ``wrong_extension``: images whose extension names another format (a PNG named ``.jpg``);
@@ -33,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from torchloom.datasets.discovery import Discovery
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.examine import Examination
-from torchloom.tools.doctor.layout import DataLayout
 from torchloom.tools.doctor.perceptual import hamming
 from torchloom.tools.doctor.quality import (
     BLURRY_THRESHOLD,
@@ -75,7 +76,7 @@ class DuplicatePair:
 
 
 def build_document(
-    layout: DataLayout,
+    layout: Discovery,
     facts: Examination,
     groups: list[list[int]],
     pairs: list[DuplicatePair],
@@ -117,12 +118,12 @@ def build_document(
     document: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "data": {
-            "source": layout.source,
-            "layout": layout.kind,
+            "source": layout.root,
+            "layout": layout.layout,
             "files": len(layout.paths),
             "splits": layout.split_names,
-            "classes": layout.class_names,
-            "ignored": [{"path": path, "reason": reason} for path, reason in layout.ignored],
+            "classes": layout.classes,
+            "ignored": [{"path": item.path, "reason": item.text} for item in layout.excluded],
         },
         "bad_files": bad,
         "wrong_extension": wrong,
@@ -144,7 +145,7 @@ def build_document(
     return document
 
 
-def duplicate_pairs(layout: DataLayout, facts: Examination, groups: list[list[int]]) -> list[DuplicatePair]:
+def duplicate_pairs(layout: Discovery, facts: Examination, groups: list[list[int]]) -> list[DuplicatePair]:
     """The pairs reported for each group: every cross-split pair (at most
     :data:`MAX_PAIRS_PER_GROUP`), or, for a group within one split, each member with the first."""
     pairs: list[DuplicatePair] = []
@@ -183,12 +184,12 @@ def _problems(document: dict[str, Any]) -> dict[str, Any]:
     return {"count": len(messages), "by_kind": by_kind, "messages": messages}
 
 
-def _classes(layout: DataLayout) -> dict[str, Any]:
+def _classes(layout: Discovery) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = {}
     for split_id, split in enumerate(layout.split_names):
         labels = layout.labels[(layout.splits == split_id) & (layout.labels >= 0)]
-        numbers = np.bincount(labels, minlength=len(layout.class_names))
-        counts[split] = {name: int(n) for name, n in zip(layout.class_names, numbers, strict=True)}
+        numbers = np.bincount(labels, minlength=len(layout.classes))
+        counts[split] = {name: int(n) for name, n in zip(layout.classes, numbers, strict=True)}
     train = next((s for s in layout.split_names if s.lower() in TRAIN_SPLITS), layout.split_names[0])
     present = [n for n in counts.get(train, {}).values() if n > 0]
     ratio = max(present) / min(present) if len(present) > 1 else None
@@ -219,7 +220,7 @@ def _images(facts: Examination) -> dict[str, Any]:
     }
 
 
-def _normalize(layout: DataLayout, facts: Examination) -> dict[str, Any]:
+def _normalize(layout: Discovery, facts: Examination) -> dict[str, Any]:
     train = [i for i, s in enumerate(layout.split_names) if s.lower() in TRAIN_SPLITS]
     use = facts.readable & (np.isin(layout.splits, train) if train else True)
     weights = (facts.height * facts.width)[use].astype(np.float64)
@@ -239,7 +240,7 @@ def _normalize(layout: DataLayout, facts: Examination) -> dict[str, Any]:
     }
 
 
-def _quality(layout: DataLayout, facts: Examination) -> dict[str, Any]:
+def _quality(layout: Discovery, facts: Examination) -> dict[str, Any]:
     ok = facts.readable
     flags: dict[str, np.ndarray] = {
         name: ok & (facts.scores[:, column] < QUALITY_THRESHOLDS[name])

@@ -39,7 +39,7 @@ REPORT_SCHEMA: dict[str, Any] = _object(
         "data": _object(
             {
                 "source": _STRING,
-                "layout": {"type": "string", "enum": ["classes", "splits", "manifest"]},
+                "layout": {"type": "string", "enum": ["classes", "splits", "files", "manifest"]},
                 "files": _COUNT,
                 "splits": {"type": "array", "items": _STRING},
                 "classes": {"type": "array", "items": _STRING},

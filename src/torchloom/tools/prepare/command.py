@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from typing import Any
 
 from torchloom.errors import ConfigError, MissingFileError, TorchloomError, UnsafeFileError
@@ -189,7 +190,9 @@ def print_report(out: Output, result: PrepareResult, args: argparse.Namespace) -
             fate = "kept in the manifest: fix the labels" if kind == KEPT_KIND else "left out of the manifest"
             out.table(f"{kind}: {len(items)} ({fate}{more})", ["name", "reason"], shown)
     if result.ignored:
-        out.line(f"{len(result.ignored)} file(s) without an image extension ignored")
+        reasons = Counter(item.reason for item in result.ignored)
+        by_reason = ", ".join(f"{count} {reason}" for reason, count in reasons.items())
+        out.line(f"{len(result.ignored)} entries of RAW ignored: {by_reason}")
     if result.copied_instead_of_linked:
         out.line(f"{result.copied_instead_of_linked} file(s) copied: the filesystem refused hard links")
     if not result.written:

@@ -37,11 +37,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pa_parquet
 
+from torchloom.datasets.discovery import Exclusion, find_tree
 from torchloom.errors import ConfigError
 from torchloom.tools.doctor.duplicates import duplicate_groups
 from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
 from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
-from torchloom.tools.prepare.raw import FileCheck, check_files, scan_raw
+from torchloom.tools.prepare.raw import FileCheck, check_files
 from torchloom.tools.prepare.split import SPLIT_NAMES, stratified_split
 from torchloom.tools.terminal import Output
 
@@ -64,7 +65,8 @@ class PrepareResult:
     split_names: tuple[str, ...]
     classes: list[str]
     problems: dict[str, list[tuple[str, str]]]
-    ignored: list[tuple[str, str]] = field(default_factory=list)
+    #: Entries of RAW that are not images (paths relative to RAW), with the reason.
+    ignored: list[Exclusion] = field(default_factory=list)
     duplicate_groups: int = 0
     copied_instead_of_linked: int = 0
     written: list[str] = field(default_factory=list)
@@ -122,21 +124,22 @@ def prepare_dataset(
     if (label_entries is None) == (rules is None):
         raise ConfigError("give exactly one of label_entries= (a label map) or rules= (filename rules)")
     check_output_folder(raw, out, materializing=materialize_mode is not None)
-    scan = scan_raw(raw)
-    labelling = (
-        label_by_map(scan.files, label_entries)
-        if label_entries is not None
-        else label_by_rules(scan.files, rules or ())
-    )
+    found = find_tree(raw)  # never follows a link out of RAW; hidden entries are left out
+    files = found.relative_paths()
+    if label_entries is not None:
+        labelling = label_by_map(files, label_entries)
+    else:
+        labelling = label_by_rules(files, rules or ())
     bar = partial(Output().progress, description="checking and hashing") if progress else None
-    checks = check_files([scan.absolute(p) for p in scan.files], workers=workers, progress=bar)
-    problems = _problems(labelling, scan.refused, scan.files, checks)
+    checks = check_files(found.paths.to_list(), workers=workers, progress=bar)
+    refused = [(found.relative(item.path), item.text) for item in found.refused]
+    problems = _problems(labelling, refused, files, checks)
     rows = [
         i
         for i, (label, check) in enumerate(zip(labelling.labels, checks, strict=True))
         if label and not check.problem
     ]
-    paths = [scan.files[i] for i in rows]
+    paths = [files[i] for i in rows]
     labels = [str(labelling.labels[i]) for i in rows]
     names = tuple(SPLIT_NAMES[: len(fractions)])
     classes = sorted(set(labels))
@@ -144,7 +147,7 @@ def prepare_dataset(
         for label in classes:
             check_folder_name(label, "label")
     # Groups come sorted, ordered by their first member (see duplicate_groups).
-    groups = duplicate_groups([scan.absolute(p) for p in paths], workers=workers) if group_duplicates else []
+    groups = duplicate_groups([found.paths[i] for i in rows], workers=workers) if group_duplicates else []
     unit_of, group_of = _units(len(paths), groups)
     problems["duplicate label conflict"] = _label_conflicts(groups, paths, labels)
     representative = {
@@ -166,7 +169,8 @@ def prepare_dataset(
             "duplicate_group": group_of.tolist(),
         }
     )
-    prepared = PrepareResult(table, names, classes, problems, scan.ignored, len(groups))
+    ignored = [item._replace(path=found.relative(item.path)) for item in found.excluded if not item.refused]
+    prepared = PrepareResult(table, names, classes, problems, ignored, len(groups))
     if paths:
         _write(prepared, raw, out, fractions, seed, materialize_mode)
     return prepared

@@ -2,12 +2,13 @@
 
 ::
 
-    torchloom show DATA [--n 16] [--out grid.png] [--transform SPEC] [--batch] [--multiple-of 1] [--seed 0]
+    torchloom show DATA [--split NAME] [--n 16] [--out grid.png] [--transform SPEC] [--batch]
+                        [--multiple-of 1] [--seed 0]
 
-DATA is a class folder (read with :class:`torchloom.FolderDataset`) or a manifest (read with
-:class:`torchloom.ManifestDataset`, default fields ``image`` and ``label``). ``--n`` samples are
-drawn with ``--seed`` and transformed with their own ``(seed, epoch 0, index)`` generator, so the
-same command draws the same grid. ``--transform`` is parsed by
+DATA is a class folder (read with :class:`torchloom.FolderDataset`; a split root needs
+``--split``) or a manifest (read with :class:`torchloom.ManifestDataset`, default fields ``image``
+and ``label``). ``--n`` samples are drawn with ``--seed`` and transformed with their own
+``(seed, epoch 0, index)`` generator, so the same command draws the same grid. ``--transform`` is parsed by
 :func:`torchloom.tools.show.transform_spec.parse_transform_spec` (no ``eval``). With ``--batch``
 the samples are collated by ``Collate({"image": PadImages(multiple_of=...)})`` and each padded
 image is drawn with its padding (``image_mask`` False) hatched red.
@@ -43,7 +44,7 @@ from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
 from torchloom.tools.show.grid import Tile, draw_grid
 from torchloom.tools.show.transform_spec import ALLOWED_TRANSFORMS, parse_transform_spec
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, add_data_arguments
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -53,9 +54,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="draw a grid of transformed samples (or one collated batch with its padding masks)",
         description="Draw --n samples of DATA as the model gets them, titled with class, label and index.",
     )
-    parser.add_argument(
-        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .parquet, ...)"
-    )
+    add_data_arguments(parser)
     parser.add_argument("--n", type=int, default=16, help="number of samples (default 16)")
     parser.add_argument("--out", default="grid.png", help="the PNG to write (default grid.png)")
     parser.add_argument(
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchloom show: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        dataset = open_dataset(args.data, transform=transform, seed=args.seed)
+        dataset = open_dataset(args.data, transform=transform, seed=args.seed, split=args.split)
         invalid = dataset.report.invalid if isinstance(dataset, (FolderDataset, ManifestDataset)) else []
         for path, reason in invalid:
             print(f"torchloom show: {path} failed validation and is not shown: {reason}", file=sys.stderr)
@@ -123,10 +122,13 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if failed or invalid else EXIT_CLEAN
 
 
-def open_dataset(data: str, *, transform: Any, seed: int) -> IndexedDataset:
-    """A class folder as :class:`FolderDataset`, anything else as a :class:`ManifestDataset`;
-    broken samples are skipped (and reported by ``run``), transform bugs raise."""
-    return open_image_dataset(data, transform=transform, seed=seed, on_error="skip", progress=False)
+def open_dataset(data: str, *, transform: Any, seed: int, split: str | None = None) -> IndexedDataset:
+    """A class folder (or a ``split`` of a split root) as :class:`FolderDataset`, anything else as a
+    :class:`ManifestDataset`; broken samples are skipped (and reported by ``run``), transform bugs
+    raise."""
+    return open_image_dataset(
+        data, split=split, transform=transform, seed=seed, on_error="skip", progress=False
+    )
 
 
 def choose_indices(size: int, count: int, *, seed: int) -> np.ndarray:

@@ -1,0 +1,320 @@
+"""The one walker: which files under a folder are samples, the same for every reader of folders."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from conftest import write_jpeg
+from torchloom import FolderDataset
+from torchloom.datasets import VolumeDataset
+from torchloom.datasets.discovery import (
+    REASON_BESIDE_SPLITS,
+    REASON_EXTENSION,
+    REASON_HIDDEN,
+    REASON_LOOP,
+    REASON_NOT_IN_CLASS,
+    REASON_OUTSIDE_ROOT,
+    REASON_UNLISTABLE,
+    find_every_split,
+    find_samples,
+    find_tree,
+)
+from torchloom.datasets.index import MAX_IGNORED_EXAMPLES
+from torchloom.errors import ConfigError, EmptyDatasetError, ValidationFailedError
+from torchloom.tools.cli import main
+from torchloom.tools.doctor import diagnose
+from torchloom.tools.prepare.pipeline import prepare_dataset
+
+
+def _a_locked_folder_is_unlistable() -> bool:
+    """Whether chmod 000 stops this process listing a folder (root, with its capability to read
+    any folder, lists it anyway: then the case cannot be planted, and is left out)."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0)
+        try:
+            os.listdir(folder)
+            return False
+        except PermissionError:
+            return True
+        finally:
+            os.chmod(folder, 0o700)
+
+
+LOCKABLE = _a_locked_folder_is_unlistable()
+#: The sample files of the fixture, in walking order (the FIFO dog/x.jpg is listed, then refused).
+SAMPLES = [
+    ("cat/1.jpg", "cat"),
+    ("cat/2.JPG", "cat"),
+    ("cat/3.Png", "cat"),
+    ("cat/link_inside.jpg", "cat"),
+    ("cat/more/7.jpg", "cat"),
+    ("cat/nested/deeper/5.jpg", "cat"),
+    ("dog/6.jpg", "dog"),
+    ("dog/x.jpg", "dog"),
+]
+#: What the walker leaves out of the fixture read as class folders, in walking order.
+EXCLUDED = [
+    (".store", REASON_HIDDEN),
+    ("README.md", REASON_NOT_IN_CLASS),
+    ("cat/.cache", REASON_HIDDEN),
+    ("cat/.hidden.jpg", REASON_HIDDEN),
+    ("cat/link_outside.jpg", REASON_OUTSIDE_ROOT),
+    *([("cat/locked", REASON_UNLISTABLE)] if LOCKABLE else []),
+    ("cat/loop", REASON_LOOP),
+    ("cat/notes.txt", REASON_EXTENSION),
+    ("stray.jpg", REASON_NOT_IN_CLASS),
+]
+CLASSES = ["cat", "dog", "empty"]
+
+
+def _png(path: Path) -> None:
+    buffer = io.BytesIO()
+    PILImage.fromarray(np.full((40, 30, 3), 90, np.uint8)).save(buffer, format="PNG")
+    path.write_bytes(buffer.getvalue())
+
+
+@pytest.fixture
+def every_case(tmp_path: Path) -> Iterator[Path]:
+    """A class folder root holding every case the walker has a rule for."""
+    root = tmp_path / "data"
+    write_jpeg(root / "cat" / "1.jpg", seed=1)
+    write_jpeg(root / "cat" / "2.JPG", seed=2)
+    _png(root / "cat" / "3.Png")
+    write_jpeg(root / "cat" / ".hidden.jpg", seed=3)
+    write_jpeg(root / "cat" / ".cache" / "4.jpg", seed=4)
+    write_jpeg(root / "cat" / "nested" / "deeper" / "5.jpg", seed=5)
+    (root / "cat" / "notes.txt").write_text("not an image")
+    write_jpeg(root / "dog" / "6.jpg", seed=6)
+    os.mkfifo(root / "dog" / "x.jpg")
+    write_jpeg(root / ".store" / "more" / "7.jpg", seed=7)
+    write_jpeg(tmp_path / "outside" / "secret.jpg", seed=8)
+    (root / "cat" / "link_inside.jpg").symlink_to(root / "dog" / "6.jpg")
+    (root / "cat" / "link_outside.jpg").symlink_to(tmp_path / "outside" / "secret.jpg")
+    (root / "cat" / "more").symlink_to(root / ".store" / "more", target_is_directory=True)
+    (root / "cat" / "loop").symlink_to(root, target_is_directory=True)
+    (root / "empty").mkdir()
+    (root / "README.md").write_text("about")
+    write_jpeg(root / "stray.jpg", seed=9)
+    locked = root / "cat" / "locked"
+    if LOCKABLE:
+        write_jpeg(locked / "8.jpg", seed=10)
+        locked.chmod(0)
+    yield root
+    if locked.exists():
+        locked.chmod(0o755)
+
+
+def _relative(root: Path, path: str) -> str:
+    return Path(path).relative_to(root).as_posix()
+
+
+def _reason(text: str) -> str:
+    """The reason a report's text starts with (its detail, after ': ', dropped)."""
+    return text.split(": ")[0]
+
+
+def _reasons(root: Path, items: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {(_relative(root, path), _reason(text)) for path, text in items}
+
+
+def test_the_walker_applies_every_rule(every_case: Path) -> None:
+    found = find_samples(every_case)
+    assert found.layout == "classes" and found.classes == CLASSES
+    assert list(zip(found.relative_paths(), [found.classes[i] for i in found.labels], strict=True)) == SAMPLES
+    assert [(_relative(every_case, e.path), e.reason) for e in found.excluded] == EXCLUDED
+    assert found.empty_classes == ["empty"]
+    assert found.labels.dtype == np.int64 and found.splits.tolist() == [0] * len(SAMPLES)
+    outside = next(e for e in found.excluded if e.reason == REASON_OUTSIDE_ROOT)
+    assert outside.refused and "secret.jpg" in outside.text
+
+
+def test_folder_dataset_doctor_and_prepare_agree_file_by_file(every_case: Path, tmp_path: Path) -> None:
+    with pytest.warns(UserWarning, match="empty"):
+        dataset = FolderDataset(every_case, progress=False)
+    doctor = diagnose(every_case, workers=1)
+    labels = [(path, label) for path, label in SAMPLES]
+    prepared = prepare_dataset(
+        str(every_case), str(tmp_path / "out"), label_entries=labels, fractions=(0.5, 0.5)
+    )
+
+    fifo = str(every_case / "dog" / "x.jpg")
+    usable = [path for path, _ in SAMPLES if path != "dog/x.jpg"]
+    assert [_relative(every_case, p) for p in dataset.index.paths.to_list()] == usable
+    assert [dataset.classes[i] for i in dataset.targets] == [
+        label for path, label in SAMPLES if path in usable
+    ]
+    assert [_relative(every_case, p) for p in doctor.layout.paths.to_list()] == [p for p, _ in SAMPLES]
+    assert sorted(prepared.manifest.column("source").to_pylist()) == sorted(usable)
+    assert dict(
+        zip(*(prepared.manifest.column(c).to_pylist() for c in ("source", "label")), strict=True)
+    ) == {path: label for path, label in SAMPLES if path in usable}
+    assert dataset.classes == doctor.document["data"]["classes"] == CLASSES
+    assert prepared.classes == ["cat", "dog"]  # prepare labels from the map: it never sees the empty class
+
+    # The same exclusions, with the same reasons: a dataset's report, the doctor's, prepare's.
+    fifo_reason = dict(dataset.report.invalid)[fifo]
+    in_report = _reasons(every_case, dataset.report.ignored + dataset.report.invalid)
+    in_doctor = _reasons(
+        every_case, [(item["path"], item["reason"]) for item in doctor.document["data"]["ignored"]]
+    )
+    in_prepare = {(path, _reason(text)) for path, text in prepared.problems["unreadable"]}
+    in_prepare |= {(item.path, item.reason) for item in prepared.ignored}
+    assert in_report == set(EXCLUDED) | {("dog/x.jpg", fifo_reason)}
+    assert in_doctor == set(EXCLUDED)
+    # A raw tree has no class folders: files at its root are images or not by their extension.
+    tree = {(path, reason) for path, reason in EXCLUDED if reason != REASON_NOT_IN_CLASS}
+    assert in_prepare == tree | {("README.md", REASON_EXTENSION), ("dog/x.jpg", fifo_reason)}
+    assert ("stray.jpg", "no label for this image") in prepared.problems["unmatched"]
+
+    # The FIFO is listed by all three and refused by each reader before a byte is read.
+    assert "FIFO" in dict(dataset.report.invalid)[fifo]
+    assert "FIFO" in dict(prepared.problems["unreadable"])["dog/x.jpg"]
+    assert any(f["path"] == fifo and "FIFO" in f["reason"] for f in doctor.document["bad_files"])
+
+
+def test_an_unlistable_folder_is_refused_alike_everywhere(
+    every_case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nested = str(every_case / "cat" / "nested")
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> object:
+        if os.fspath(path) == nested:
+            raise PermissionError(13, "Permission denied", nested)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.warns(UserWarning):
+        dataset = FolderDataset(every_case, validate="none", progress=False)
+    doctor = diagnose(every_case, workers=1)
+    tree = find_tree(every_case)
+    for paths in (dataset.index.paths.to_list(), doctor.layout.paths.to_list(), tree.paths.to_list()):
+        assert not [path for path in paths if path.startswith(nested)]
+    reason = f"{REASON_UNLISTABLE}: PermissionError: [Errno 13] Permission denied: {nested!r}"
+    assert (nested, reason) in dataset.report.invalid
+    assert {"path": nested, "reason": reason} in doctor.document["data"]["ignored"]
+    assert [e.text for e in tree.refused if e.path == nested] == [reason]
+    with pytest.raises(ValidationFailedError, match="nested"):
+        FolderDataset(every_case, strict=True, progress=False)
+
+
+def test_links_outside_the_root_are_followed_only_when_allowed(every_case: Path) -> None:
+    with pytest.raises(ValidationFailedError, match="link_outside"):
+        FolderDataset(every_case, validate="none", strict=True, progress=False)
+    found = find_samples(every_case, allow_outside_root=True)
+    assert "cat/link_outside.jpg" in found.relative_paths()
+    assert REASON_OUTSIDE_ROOT not in found.counts()
+
+
+def test_order_follows_path_components_and_a_dangling_link_is_listed(tmp_path: Path) -> None:
+    for name in ("a/sub.jpg", "a/sub/c.jpg", "a/B.jpg", "a/a.jpg", "b/z.jpg"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "b" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    found = find_samples(tmp_path)
+    assert found.relative_paths() == [
+        "a/B.jpg",
+        "a/a.jpg",
+        "a/sub/c.jpg",
+        "a/sub.jpg",
+        "b/gone.jpg",
+        "b/z.jpg",
+    ]
+    assert found.excluded == []
+
+
+def test_files_directly_in_root_are_unlabelled_for_sources_and_refused_by_folder_dataset(
+    tmp_path: Path,
+) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((2, 3, 3), np.int16))
+    np.save(tmp_path / "b.NPY", np.zeros((2, 3, 3), np.int16))
+    (tmp_path / ".c.npy").write_bytes(b"x")
+    volumes = VolumeDataset(tmp_path, progress=False)
+    assert volumes.classes is None and len(volumes) == 2 and volumes.report.ignored_count == 1
+    assert find_every_split(tmp_path).layout == "files"
+    write_jpeg(tmp_path / "d.jpg")
+    with pytest.raises(EmptyDatasetError, match=r"no class folders \(1 file"):
+        FolderDataset(tmp_path, progress=False)
+
+
+def test_extensions_must_start_with_a_dot(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"start with '\.'"):
+        find_samples(tmp_path, extensions=["jpg"])
+
+
+def test_a_report_keeps_some_ignored_names_and_the_exact_count(clean_folders: Path) -> None:
+    for i in range(MAX_IGNORED_EXAMPLES + 50):
+        (clean_folders / "class_0" / f"notes_{i}.txt").write_text("x")
+    dataset = FolderDataset(clean_folders, validate="none", progress=False)
+    assert dataset.report.ignored_count == MAX_IGNORED_EXAMPLES + 50
+    assert len(dataset.report.ignored) == MAX_IGNORED_EXAMPLES
+    assert len(find_samples(clean_folders).excluded) == MAX_IGNORED_EXAMPLES + 50
+
+
+# --- split roots ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def split_root(tmp_path: Path) -> Path:
+    """train/ with cat, dog and an empty bird; Val/ with cat and an extra class, eel."""
+    root = tmp_path / "splits"
+    for i, name in enumerate(["train/cat/1.jpg", "train/dog/2.jpg", "Val/cat/3.jpg", "Val/eel/4.jpg"]):
+        write_jpeg(root / name, seed=i)
+    (root / "train" / "bird").mkdir()
+    (root / "train" / "loose.jpg").write_bytes(b"x")
+    (root / "extra").mkdir()
+    (root / "notes.txt").write_text("x")
+    return root
+
+
+def test_a_split_root_is_never_read_as_classes(split_root: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        FolderDataset(split_root, progress=False)
+    message = str(caught.value)
+    assert "['Val', 'train']" in message and "split='train'" in message and "torchloom doctor" in message
+    with pytest.raises(ConfigError, match="split="):
+        VolumeDataset(split_root, progress=False)
+
+
+def test_split_reads_one_split_with_the_classes_of_all(split_root: Path) -> None:
+    with pytest.warns(UserWarning, match="bird"):
+        train = FolderDataset(split_root, split="train", progress=False)
+    with pytest.warns(UserWarning, match="'bird', 'dog'"):
+        val = FolderDataset(split_root, split="val", progress=False)  # the folder is Val: any case
+    assert train.classes == val.classes == ["bird", "cat", "dog", "eel"]
+    assert train.split == "train" and val.split == "Val"
+    assert [train.classes[i] for i in train.targets] == ["cat", "dog"]
+    assert [val.classes[i] for i in val.targets] == ["cat", "eel"]
+    ignored = {
+        (Path(path).relative_to(split_root).as_posix(), reason) for path, reason in train.report.ignored
+    }
+    assert ignored == {
+        ("extra", REASON_BESIDE_SPLITS),
+        ("notes.txt", REASON_NOT_IN_CLASS),
+        ("train/loose.jpg", REASON_NOT_IN_CLASS),
+    }
+    with pytest.raises(ConfigError, match=r"'test' is not one of the split folders \['Val', 'train'\]"):
+        FolderDataset(split_root, split="test", progress=False)
+    with pytest.raises(ConfigError, match="has none"):
+        FolderDataset(split_root / "train", split="train", progress=False)
+    every = find_every_split(split_root)
+    assert every.split_names == ["Val", "train"] and every.splits.tolist() == [0, 0, 1, 1]
+
+
+@pytest.mark.filterwarnings("ignore:.*hold no usable images")
+def test_show_and_cache_take_a_split(
+    split_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", str(split_root), "--out", str(tmp_path / "grid.png")]) == 1
+    assert "--split train" in capsys.readouterr().err
+    assert main(["show", str(split_root), "--split", "train", "--out", str(tmp_path / "grid.png")]) == 0
+    assert main(["cache", str(split_root), "--split", "val", "--out", str(tmp_path / "cache")]) == 0
+    assert "2 samples" in capsys.readouterr().out
