@@ -73,7 +73,8 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
             frame at construction: catches truncated files, costs a full decode).
         path_column, label_column, root, allow_outside_root: for a manifest source, as in
             :class:`torchloom.ManifestDataset`; a missing label column means unlabelled samples.
-        Other arguments are as in :class:`torchloom.FolderDataset`.
+
+    Other arguments are as in :class:`torchloom.FolderDataset`.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -147,7 +148,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
 
     @property
     def needed_frames(self) -> int:
-        """Frames a clip must hold to be sampled without repeats: ``frames`` or the segment span."""
+        """Frames a clip must hold to be sampled without repeats (``frames`` or the segment span)."""
         if self.sampling == "uniform":
             return self.frames
         return (self.frames - 1) * self.stride + 1
