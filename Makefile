@@ -1,17 +1,18 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each creates .venv when missing,
 # installs torch==2.13.0 first (a CPU wheel lies on this machine's disk) and then torchloom.
+# `make docs` builds the documentation site.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.torchloom-installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint docs bench clean
 
 $(PYTHON):
 	python3 -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PYTHON)
 	$(PYTHON) -m pip install -q torch==2.13.0
-	$(PYTHON) -m pip install -q -e '.[all,dev]'
+	$(PYTHON) -m pip install -q -e '.[all,dev,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -20,11 +21,17 @@ demo: $(STAMP)
 	$(VENV)/bin/torchloom demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples docs
 	$(VENV)/bin/mypy
 
-test: lint
-	$(VENV)/bin/pytest -q
+# The documentation site, into docs/_build/html. Strict: a warning (a docstring that does not
+# render, a reference to nothing) fails it; -E re-reads every page, so no warning hides in a cache.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -n -E -q -b html docs docs/_build/html
+
+# tests/test_docs.py checks the build just made instead of making its own.
+test: lint docs
+	TORCHLOOM_DOCS_HTML=docs/_build/html $(VENV)/bin/pytest -q
 
 # LitData pulls torchvision (only a CUDA build works here) and downgrades python-dateutil, so it
 # lives in a venv of its own that benchmarks/peers_bench.py calls by subprocess.
@@ -42,4 +49,4 @@ bench: $(STAMP) $(PEERS)
 	$(PYTHON) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info docs/_build docs/reference

@@ -14,16 +14,27 @@ from pathlib import Path
 from torchloom.tools.demo.data import write_demo_data
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE_SCRIPT = README.parent / "docs" / "examples" / "know_your_data.sh"
 MARKER = "<!-- the tests run every `torchloom` line of the next block"
 
 
+def command_lines(script: str) -> list[str]:
+    """The ``torchloom`` command lines of a shell script (continuation backslashes joined)."""
+    joined = script.replace("\\\n", " ")
+    return [line.strip() for line in joined.splitlines() if line.strip().startswith("torchloom ")]
+
+
 def readme_commands() -> list[str]:
-    """The command lines of the marked block (continuation backslashes joined)."""
+    """The command lines of the marked block."""
     text = README.read_text(encoding="utf-8")
     block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], flags=re.S)
     assert block is not None, "the marked README block is missing"
-    joined = block.group(1).replace("\\\n", " ")
-    return [line.strip() for line in joined.splitlines() if line.strip().startswith("torchloom ")]
+    return command_lines(block.group(1))
+
+
+def test_the_guide_shows_the_commands_run_here() -> None:
+    """docs/guides/knowing-your-data.md includes this script: the test below runs its lines."""
+    assert command_lines(GUIDE_SCRIPT.read_text(encoding="utf-8")) == readme_commands()
 
 
 def test_readme_commands_run_with_the_exit_codes_they_state(tmp_path: Path) -> None:

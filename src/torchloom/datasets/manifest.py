@@ -52,7 +52,8 @@ class ManifestDataset(IndexedDataset):
         fields: the declared fields (default ``Image("image"), Label("label")``).
         root: folder image paths are relative to (default: the manifest's folder; required for
             a table).
-        Other arguments are as in :class:`torchloom.FolderDataset`.
+
+    Other arguments are as in :class:`torchloom.FolderDataset`.
 
     Example:
         >>> import numpy as np, os, simplejpeg, tempfile

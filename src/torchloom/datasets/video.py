@@ -78,7 +78,8 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         allow_outside_root: accept manifest paths and folder symlinks that lead outside the root.
         split: the split folder of a split-root folder source (``"train"``, ``"val"``, ...); a
             split root without it is a :class:`torchloom.errors.ConfigError` naming its splits.
-        Other arguments are as in :class:`torchloom.FolderDataset`.
+
+    Other arguments are as in :class:`torchloom.FolderDataset`.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -154,7 +155,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
 
     @property
     def needed_frames(self) -> int:
-        """Frames a clip must hold to be sampled without repeats: ``frames`` or the segment span."""
+        """Frames a clip must hold to be sampled without repeats (``frames`` or the segment span)."""
         if self.sampling == "uniform":
             return self.frames
         return (self.frames - 1) * self.stride + 1

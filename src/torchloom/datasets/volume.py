@@ -43,7 +43,8 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
         key: the npz member to read (None: the only member).
         transform: ``transform(volume, rng)`` on the array; returns an array or a tensor.
         max_bytes: largest compressed member read into memory.
-        Other arguments are as in :class:`torchloom.datasets.VideoClipDataset`.
+
+    Other arguments are as in :class:`torchloom.datasets.VideoClipDataset`.
 
     Example:
         >>> import numpy as np, os, tempfile

@@ -114,8 +114,8 @@ class EnviCube:
 
     @property
     def memmap(self) -> np.memmap:
-        """The data as stored: ``(bands, lines, samples)`` for bsq, ``(lines, bands, samples)`` for
-        bil, ``(lines, samples, bands)`` for bip; mapped read-only on first use in this process."""
+        """The data as stored, shaped ``(bands, lines, samples)`` for bsq, ``(lines, bands, samples)``
+        for bil, ``(lines, samples, bands)`` for bip; mapped read-only on first use in this process."""
         if self._memmap is None:
             self._memmap = _map(self.header, self._path)
         return self._memmap

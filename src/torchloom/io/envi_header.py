@@ -88,7 +88,7 @@ class EnviHeader:
 
     @property
     def data_bytes(self) -> int:
-        """The size the data file must have: the offset plus every value."""
+        """The size the data file must have, the offset plus every value."""
         return self.header_offset + self.lines * self.samples * self.bands * self.dtype.itemsize
 
 

@@ -138,7 +138,7 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
 
     @property
     def rank(self) -> int:
-        """This process's rank: as given, or torch.distributed's now."""
+        """This process's rank, as given or torch.distributed's now."""
         if self._split is not None:
             return self._split[0]
         return resolve_rank_world(self._rank_arg, self._world_arg)[0]
@@ -152,7 +152,7 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
 
     @property
     def world_size(self) -> int:
-        """The number of ranks: as given, or torch.distributed's now."""
+        """The number of ranks, as given or torch.distributed's now."""
         if self._split is not None:
             return self._split[1]
         return resolve_rank_world(self._rank_arg, self._world_arg)[1]
