@@ -28,12 +28,9 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from torchloom import SampleKey, collate
-from torchloom.datasets.hyperspectral import HyperspectralDataset
-from torchloom.datasets.spatial_split import spatial_block_split
-from torchloom.io.envi import open_envi, write_envi
-from torchloom.transforms import Compose
-from torchloom.transforms.bands import RandomBands, WavelengthBands
-from torchloom.transforms.pca import PCA
+from torchloom.datasets import HyperspectralDataset, spatial_block_split
+from torchloom.io import open_envi, write_envi
+from torchloom.transforms import PCA, Compose, RandomBands, WavelengthBands
 
 SIZE, BANDS, PATCH = 96, 64, 9
 

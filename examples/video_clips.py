@@ -19,8 +19,8 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.datasets.video import VideoClipDataset
-from torchloom.io.video_writer import write_video
+from torchloom.datasets import VideoClipDataset
+from torchloom.io import write_video
 
 CLASSES = {"left": -3, "right": 3, "still": 0}  # pixels per frame the square moves
 SECONDS, RATE, HEIGHT, WIDTH = 4, 25, 72, 96

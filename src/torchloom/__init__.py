@@ -36,6 +36,7 @@ from torchloom.samplers import BalancedSampler, IndexSampler, MixtureSampler, We
 from torchloom.seeding import SampleKey, sample_rng
 from torchloom.streaming import StreamDataset
 
+#: The installed torchloom's version (the one place it is written; pyproject.toml reads it).
 __version__ = "0.1.0"
 
 __all__ = [

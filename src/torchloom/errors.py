@@ -183,6 +183,16 @@ class UnsupportedURLError(ConfigError):
     only: object stores are not supported yet."""
 
 
+def install_hint(package: str, extra: str) -> str:
+    """How to install an optional dependency: the package itself, or the extra from a clone.
+
+    Example:
+        >>> install_hint("h5py", "hdf5")
+        "pip install h5py (or, in a torchloom clone, pip install -e '.[hdf5]')"
+    """
+    return f"pip install {package} (or, in a torchloom clone, pip install -e '.[{extra}]')"
+
+
 class UsageError(TorchloomError, TypeError):
     """torchloom was called in a way it does not support (a wrong key type, a length asked of a stream)."""
 

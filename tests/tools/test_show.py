@@ -122,4 +122,5 @@ def test_missing_matplotlib_gives_the_install_hint(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["show", str(data), "--out", str(tmp_path / "x.png")]) == 1
-    assert "pip install 'torchloom[plot]'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "pip install matplotlib" in err and "pip install -e '.[plot]'" in err

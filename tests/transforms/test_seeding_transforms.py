@@ -165,6 +165,24 @@ def test_batch_seeding_equals_sample_rng_bit_for_bit() -> None:
         assert batched == one_by_one, (seed, epoch, indices)
 
 
+def test_normalize_copies_its_statistics_to_a_device_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy from ordinary memory to a GPU waits for the work queued there: once per device, not per batch.
+    normalize = Normalize((0.5, 0.25, 0.0), (0.5, 0.5, 2.0))
+    copies: list[object] = []
+    original = torch.Tensor.to
+
+    def counting_to(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        copies.append(args)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.Tensor, "to", counting_to)
+    batch = torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
+    first = normalize(batch)
+    for _ in range(5):
+        assert torch.equal(normalize(batch), first)
+    assert len(copies) == 2  # mean and std, at the first batch only
+
+
 def test_batch_seeded_generators_spawn_and_report_like_sample_rng() -> None:
     batched = sample_rngs(3, [SampleKey(11, epoch=2)])[0]
     reference = sample_rng(3, 2, 11)

@@ -132,7 +132,7 @@ def held_only_by(buffers: Sequence[torch.Tensor | None], position: int) -> bool:
 class BufferPool(ReusePool[torch.Tensor]):
     """Batch buffers reused once nothing else holds them, so batches land in already-touched pages.
 
-    A fresh batch buffer is faulted in page by page as it is first written (SPEC §6: ~3 µs per
+    A fresh batch buffer is faulted in page by page as it is first written (~3 µs per
     4 KiB page, a large share of a batch's cost); a reused one is not. A buffer is handed out again
     only when no tensor besides the pool's own shares its storage: a batch the user keeps (or any
     view of it) is never overwritten. A buffer that has been moved to shared memory (a

@@ -2,7 +2,7 @@
 
 A dataset's batched fetch writes each sample's image straight into a slot of one buffer; when
 collate later finds its tensors are consecutive slots of one buffer it returns the buffer
-instead of copying them again (SPEC §6: the stack copy and fresh per-sample allocations are a
+instead of copying them again (the stack copy and fresh per-sample allocations are a
 measurable share of a worker's time).
 
 Example:

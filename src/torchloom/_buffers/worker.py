@@ -1,7 +1,7 @@
 """Batch buffers a DataLoader worker reuses once the main process has let go of them.
 
 A batch built in a worker crosses to the main process in shared memory. A fresh shared buffer is
-faulted in page by page as the worker writes it (SPEC §6; measured here ~120–160 µs per 224 px
+faulted in page by page as the worker writes it (measured here ~120–160 µs per 224 px
 uint8 image, against ~16–20 µs into an already-touched buffer): that is the hand-off ceiling of
 worker processes. A :class:`WorkerBatchPool` lets a worker write each batch into a shared buffer it
 used before, and only once nothing holds it any more:

@@ -1,7 +1,7 @@
 """LRUCache: bounded memoisation within one process, with hit and miss statistics.
 
 Each process has its own: every DataLoader worker holds a separate copy, so N workers use up to
-N × ``max_bytes`` (SPEC §4: per-worker dict caches multiply memory by the number of workers). To
+N × ``max_bytes`` (per-worker dict caches multiply memory by the number of workers). To
 share decoded images across workers, use :class:`torchloom.cache.DecodedCache`.
 """
 

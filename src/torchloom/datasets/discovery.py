@@ -100,6 +100,7 @@ __all__ = [
     "list_folder",
 ]
 
+#: File extensions that are images (matched in any case).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 #: Folder names that make a folder a split root (compared case-insensitively).
 SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "dev", "test", "testing", "holdout")

@@ -1,7 +1,8 @@
 """The columnar sample index: per-sample metadata in numpy buffers, validated once.
 
 Millions of samples cost a few arrays, not millions of Python objects, so DataLoader workers
-read them without copy-on-write growth (SPEC §6: 341 MiB for a list of dicts, 2–3 MiB here).
+read them without copy-on-write growth (measured: two workers reading 1M samples grew by 341 MiB
+for a list of dicts, by 2–3 MiB for these arrays).
 
 Example:
     >>> paths = StringColumn.from_strings(["a.jpg", "b.jpg"])

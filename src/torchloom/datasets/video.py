@@ -16,6 +16,7 @@ from torchloom.faults import FaultPolicy
 from torchloom.io.video import VideoHeader, probe_video, read_frames, slot_times, verify_video
 from torchloom.transforms.base import Transform
 
+#: File extensions that are videos (matched in any case).
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv")
 Sampling = Literal["uniform", "random_segment"]
 SAMPLINGS = ("uniform", "random_segment")

@@ -16,6 +16,7 @@ from torchloom.faults import FaultPolicy
 from torchloom.io.volume import DEFAULT_MAX_VOLUME_BYTES, VolumeHeader, probe_volume, read_volume
 from torchloom.transforms.base import Transform
 
+#: File extensions that are volumes: NumPy arrays, one per file (matched in any case).
 VOLUME_EXTENSIONS = (".npy", ".npz")
 #: A volume is (D, H, W) or (C, D, H, W).
 VOLUME_NDIMS = (3, 4)

@@ -1,4 +1,4 @@
-"""HDF5 cubes through h5py (``pip install torchloom[hdf5]``), opened lazily in each process.
+"""HDF5 cubes through h5py (the ``hdf5`` extra), opened lazily in each process.
 
 An :class:`Hdf5Cube` reads its file's metadata once at construction, then closes it. Reads open
 the file on first use in each process (the handle is kept with the process id, so a forked
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from torchloom.errors import ConfigError, DecodeError
+from torchloom.errors import ConfigError, DecodeError, install_hint
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.files import open_file, reopenable_name
 
@@ -54,7 +54,7 @@ def require_h5py() -> ModuleType:
         return importlib.import_module("h5py")
     except ImportError as exc:
         raise ImportError(
-            "reading HDF5 needs h5py: pip install torchloom[hdf5] (or pip install h5py)"
+            f"reading HDF5 needs h5py: {install_hint('h5py', 'hdf5')}"
         ) from exc
 
 

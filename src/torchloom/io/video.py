@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from torchloom.errors import ConfigError, DecodeError
+from torchloom.errors import ConfigError, DecodeError, install_hint
 from torchloom.io.files import open_file
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 
@@ -64,7 +64,7 @@ def require_av() -> ModuleType:
     try:
         return importlib.import_module("av")
     except ImportError as exc:
-        raise ImportError("reading video needs PyAV; install it with: pip install torchloom[video]") from exc
+        raise ImportError(f"reading video needs PyAV: {install_hint('av', 'video')}") from exc
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Conversion to tensors and batch normalisation.
 
-Samples stay ``uint8`` (4× less to move between processes than float32, SPEC §6); normalise the
+Samples stay ``uint8`` (4× less to move between processes than float32); normalise the
 batch afterwards, on the device that trains.
 
 Example:
@@ -96,7 +96,9 @@ class Normalize:
     """Scale a ``uint8`` batch to ``[0, 1]``, then subtract ``mean`` and divide by ``std``.
 
     Works on ``(C, H, W)`` or ``(B, C, H, W)`` tensors, on whatever device they are; ``mean`` and
-    ``std`` are per channel on the ``[0, 1]`` scale.
+    ``std`` are per channel on the ``[0, 1]`` scale. They are copied to a device once, at its first
+    batch: a copy from ordinary memory to a GPU waits for the work queued there, so copying them
+    per batch would undo the overlap that ``non_blocking=True`` transfers give.
 
     Example:
         >>> import torch
@@ -112,16 +114,24 @@ class Normalize:
             raise ConfigError(f"std must be positive, got {std=}")
         self.mean = torch.tensor(mean, dtype=torch.float32)
         self.std = torch.tensor(std, dtype=torch.float32)
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         channels = batch.shape[-3]
         if channels != len(self.mean):
             raise ConfigError(f"Normalize has {len(self.mean)} channel(s) of mean/std, batch has {channels}")
-        shape = (channels, 1, 1)
-        mean = self.mean.to(batch.device).view(shape)
-        std = self.std.to(batch.device).view(shape)
+        mean, std = self._statistics_on(batch.device)
         scaled = batch.float() / UINT8_MAX if batch.dtype == torch.uint8 else batch.float()
         return (scaled - mean) / std
+
+    def _statistics_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``mean`` and ``std`` as ``(C, 1, 1)`` tensors on ``device``, copied there once."""
+        statistics = self._on_device.get(device)
+        if statistics is None:
+            shape = (len(self.mean), 1, 1)
+            statistics = (self.mean.to(device).view(shape), self.std.to(device).view(shape))
+            self._on_device[device] = statistics
+        return statistics
 
     def __repr__(self) -> str:
         return f"Normalize(mean={self.mean.tolist()}, std={self.std.tolist()})"

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from torchloom.datasets.opening import open_image_dataset
+from torchloom.errors import install_hint
 from torchloom.loader.autotune import TuneResult, tune
 from torchloom.tools.terminal import Output
 
@@ -68,7 +69,7 @@ def plot_trials(result: TuneResult, path: str) -> str:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError:
-        return "no plot: matplotlib is not installed (pip install 'torchloom[plot]')"
+        return f"no plot: matplotlib is not installed ({install_hint('matplotlib', 'plot')})"
     measured = [trial for trial in result.table if trial.status == "measured"]
     figure, axes = plt.subplots(figsize=(6, 4))
     for label, kind, count_key in (

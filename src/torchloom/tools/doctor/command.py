@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from torchloom.errors import TorchloomError
+from torchloom.errors import TorchloomError, install_hint
 from torchloom.tools.doctor.diagnosis import DEFAULT_OUT, diagnose
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.perceptual import HASH_BITS
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(report.document, Output.for_stream(), written)
         if not args.no_plots and not plots_available():
-            print("plots skipped: matplotlib is not installed (pip install 'torchloom[plot]')")
+            print(f"plots skipped: matplotlib is not installed ({install_hint('matplotlib', 'plot')})")
     return EXIT_PROBLEMS if report.problems else EXIT_CLEAN
 
 

@@ -29,7 +29,7 @@ LOG_SCALE_RATIO = 8.0
 
 
 def plots_available() -> bool:
-    """Whether matplotlib (``pip install torchloom[plot]``) is installed."""
+    """Whether matplotlib (the ``plot`` extra) is installed."""
     return importlib.util.find_spec("matplotlib") is not None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchloom.errors import MissingPlotError
+from torchloom.errors import MissingPlotError, install_hint
 
 #: Width and height of one tile's image area, in inches.
 TILE_INCHES = 2.4
@@ -71,7 +71,8 @@ def draw_grid(tiles: Sequence[Tile], path: str | os.PathLike[str], *, title: str
         from matplotlib.patches import Patch
     except ImportError as exc:
         raise MissingPlotError(
-            f"drawing a grid needs matplotlib, which is not installed ({exc}); pip install 'torchloom[plot]'"
+            f"drawing a grid needs matplotlib, which is not installed ({exc}); "
+            + install_hint("matplotlib", "plot")
         ) from exc
     rows, columns = grid_shape(len(tiles))
     legend = any(tile.padding is not None for tile in tiles)
