@@ -1,5 +1,6 @@
 """Map-style datasets over real layouts."""
 
+from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
 from torchloom.datasets.folder import IMAGE_EXTENSIONS, FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
@@ -16,7 +17,10 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
     "VOLUME_EXTENSIONS",
+    "CacheableDataset",
     "DatasetReport",
+    "FetchesBatches",
+    "FetchesInto",
     "FolderDataset",
     "HyperspectralDataset",
     "Image",
