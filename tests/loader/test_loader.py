@@ -394,3 +394,55 @@ def test_a_sampler_error_while_drawing_ahead_comes_after_the_batch_already_loade
     with pytest.raises(OSError, match="index file unreadable"):
         next(iterator)
     assert wait_for_no_loader_threads() == 0
+
+
+# --- the epoch rules, the same with a plain sampler as with torchloom's ------------------------------
+
+
+def epoch_loader(kind: str) -> Loader:
+    from torch.utils.data.distributed import DistributedSampler
+
+    if kind == "IndexSampler":
+        return Loader(KeyEcho(12), batch_size=4, sampler=IndexSampler(12, seed=3))
+    sampler = DistributedSampler(range(12), num_replicas=1, rank=0, seed=3)  # type: ignore[arg-type]
+    return Loader(KeyEcho(12), batch_size=4, sampler=sampler)
+
+
+def epoch_of(kind: str, epoch: int) -> list[int]:
+    reference = epoch_loader(kind)
+    reference.set_epoch(epoch)
+    return indices(reference)
+
+
+@pytest.mark.parametrize("kind", ["IndexSampler", "DistributedSampler"])
+def test_an_earlier_set_epoch_after_loading_an_epoch_end_loses_with_a_warning(kind: str) -> None:
+    first = epoch_loader(kind)
+    first.set_epoch(1)
+    indices(first)
+    resumed = epoch_loader(kind)
+    resumed.load_state_dict(first.state_dict())  # the end of epoch 1: epoch 2 next
+    with pytest.warns(UserWarning, match=r"set_epoch\(1\) after loading a checkpoint of epoch 2"):
+        resumed.set_epoch(1)
+    assert indices(resumed) == epoch_of(kind, 2)
+
+
+@pytest.mark.parametrize("kind", ["IndexSampler", "DistributedSampler"])
+def test_a_checkpoint_of_an_earlier_epoch_loaded_after_an_iteration_applies(kind: str) -> None:
+    early = epoch_loader(kind)
+    early.set_epoch(0)
+    taken = indices(itertools.islice(early, 1))
+    state = early.state_dict()
+    late = epoch_loader(kind)
+    late.set_epoch(3)
+    indices(late)
+    late.load_state_dict(state)  # going back: no set_epoch since that iteration competes with it
+    assert taken + indices(late) == epoch_of(kind, 0)
+
+
+def test_what_the_dataset_offers_is_resolved_once_when_the_loader_is_built() -> None:
+    dataset = KeyEcho(6)
+    loader = Loader(dataset, batch_size=3, num_threads=1)
+    dataset.__getitems__ = lambda keys: [{"index": -1, "epoch": -1} for _ in keys]  # type: ignore[attr-defined]
+    assert indices(loader) == list(range(6))
+    batched = Loader(dataset, batch_size=3, num_threads=1)
+    assert indices(batched) == [-1] * 6

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from torchloom.cache.fingerprint import FORMAT_VERSION, InputStats
 from torchloom.cache.integrity import checksums
 from torchloom.cache.storage import CHANNELS, INPUTS_FILE, MARKER, ImageWriter, fsync_path, write_meta
-from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.contract import CacheableDataset
 from torchloom.errors import DecodeError, EmptyDatasetError
 from torchloom.faults import Skipped
 from torchloom.io.image import decode_image, probe_file
@@ -50,7 +50,7 @@ def scaled_size(height: int, width: int, max_side: int | None) -> tuple[int, int
 
 def build_cache(
     folder: str,
-    source: IndexedDataset,
+    source: CacheableDataset,
     *,
     settings: dict[str, Any],
     inputs: InputStats,
@@ -62,7 +62,7 @@ def build_cache(
     paths = source.index.paths
     count = len(paths)
     workers = workers or os.cpu_count() or 1
-    name = source._fault_name
+    name = source.fault_name
     failures: dict[int, Skipped] = {}
     shapes = np.zeros((count, CHANNELS), np.int32)
 
@@ -128,7 +128,7 @@ def _record(skipped: Skipped) -> dict[str, Any]:
     }
 
 
-def _final_shape(source: IndexedDataset, path: str, max_side: int | None) -> tuple[int, int, int]:
+def _final_shape(source: CacheableDataset, path: str, max_side: int | None) -> tuple[int, int, int]:
     """The shape sample ``path`` will have in the cache, from its header alone."""
     header = probe_file(
         path, max_pixels=source.max_pixels, orient=source.exif_orientation, inside=source.read_root
@@ -137,7 +137,7 @@ def _final_shape(source: IndexedDataset, path: str, max_side: int | None) -> tup
 
 
 def _decode(
-    source: IndexedDataset, path: str, shape: tuple[int, int, int], max_side: int | None
+    source: CacheableDataset, path: str, shape: tuple[int, int, int], max_side: int | None
 ) -> np.ndarray:
     """Decode ``path`` as ``source`` does (root and size checks, orientation, pixel guard), shrunk
     to ``shape``."""

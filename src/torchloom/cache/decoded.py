@@ -27,7 +27,7 @@ from torchloom.cache.integrity import file_problem
 from torchloom.cache.memory import SharedCopy, format_bytes
 from torchloom.cache.opening import CacheProblem, inspect_cache, map_again
 from torchloom.cache.storage import INPUTS_FILE, META_FILE, ImageStore
-from torchloom.datasets.base import IndexedDataset, Slot
+from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto, Slot
 from torchloom.errors import CacheError, ConfigError, CorruptCacheError, SampleError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.timing import StageClock
@@ -72,7 +72,7 @@ class CacheReport:
         return "\n".join(lines)
 
 
-class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
+class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatches):
     """A dataset's samples with their images decoded once into a memory-mapped cache.
 
     It mirrors ``dataset``: same length, same keys (``int`` or :class:`torchloom.SampleKey`), the
@@ -101,7 +101,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
     process maps the same pages: one copy in memory serves every worker.
 
     Args:
-        dataset: a :class:`torchloom.FolderDataset` or :class:`torchloom.ManifestDataset`.
+        dataset: a :class:`torchloom.FolderDataset` or :class:`torchloom.ManifestDataset` (what the
+            cache reads of it is :class:`torchloom.datasets.contract.CacheableDataset`).
         path: the cache folder (created; its parent holds the lock file and temporary folders).
         fields: the sample fields to cache: the dataset's image field (``"image"`` unless a
             manifest's ``Image`` field has another ``key=``).
@@ -131,7 +132,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
 
     def __init__(
         self,
-        dataset: IndexedDataset,
+        dataset: CacheableDataset,
         path: str | os.PathLike[str],
         *,
         fields: Sequence[str] = ("image",),
@@ -142,10 +143,10 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         workers: int | None = None,
         progress: bool = True,
     ) -> None:
-        if not isinstance(dataset, IndexedDataset):
+        if not isinstance(dataset, CacheableDataset):
             raise UsageError(
-                f"DecodedCache caches a FolderDataset or ManifestDataset (an IndexedDataset), "
-                f"got {type(dataset).__name__}"
+                f"DecodedCache caches a FolderDataset or ManifestDataset (a CacheableDataset of "
+                f"torchloom.datasets.contract), got {type(dataset).__name__}"
             )
         check_choice("location", location, LOCATIONS)
         if max_side is not None and (type(max_side) is not int or max_side < 1):
@@ -225,8 +226,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         return True, found.message
 
     def _inspect(self, inputs: InputStats, full: bool) -> CacheProblem | tuple[dict[str, Any], ImageStore]:
-        root = getattr(self.source, "root", None)
-        return inspect_cache(self.path, self._settings, inputs, root=root, full=full)
+        return inspect_cache(self.path, self._settings, inputs, root=self.source.root, full=full)
 
     def _attach(self, meta: dict[str, Any], store: ImageStore) -> None:
         """Start reading the cache described by ``meta`` (copied to shared memory first if asked)."""
@@ -266,7 +266,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
 
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any] | Skipped]:
         """Load a batch: one gather from the cache, images written into one batch buffer."""
-        return self.getitems_into(keys, BatchSlots(len(keys), self.source._batch_buffers.take))
+        return self.getitems_into(keys, self.source.batch_slots(len(keys)))
 
     @property
     def stage_clock(self) -> StageClock | None:
@@ -298,7 +298,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         ]
 
     def _resolve(self, key: int) -> tuple[int, int]:
-        key = self.source._checked_key(key)
+        key = self.source.checked_key(key)
         return int(key), key
 
     def _get(
@@ -310,13 +310,9 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         if image is None:
             image = self._opened().read(index)
         source = self.source
-        path = source.index.paths[index]
-        result = source.policy.run(
-            index, path, lambda: source.load_sample(index, key, slot, image), source._fault_name
+        return source.under_policy(
+            index, source.index.paths[index], lambda: source.load_sample(index, key, slot, image)
         )
-        if source.debug and not isinstance(result, Skipped):
-            source._debug_check(index, path, result)
-        return result
 
     def _replay(self, index: int, record: dict[str, Any]) -> Skipped:
         """A sample that failed at build time fails again, under the dataset's fault policy."""
@@ -336,7 +332,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
             record["error"],
             record["reason"],
             int(record["attempts"]),
-            self.source._fault_name,
+            self.source.fault_name,
         )
 
     # -- the rest --------------------------------------------------------------------------------
@@ -395,9 +391,9 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"]):
         )
 
 
-def _image_field(dataset: IndexedDataset, fields: Sequence[str]) -> str:
+def _image_field(dataset: CacheableDataset, fields: Sequence[str]) -> str:
     """The key of ``dataset``'s image field, checked against ``fields``."""
-    key = getattr(dataset, "image_key", "image")  # ManifestDataset names its Image field
+    key = dataset.image_key  # "image", unless a ManifestDataset's Image field has another key=
     if key is None or not len(dataset.index.paths):
         raise ConfigError(f"{dataset!r} has no image field: there is nothing to decode and cache")
     if isinstance(fields, str) or tuple(fields) != (key,):

@@ -1,5 +1,6 @@
 """Map-style datasets over real layouts."""
 
+from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, Discovery, find_samples
 from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
 from torchloom.datasets.folder import FolderDataset
@@ -17,8 +18,11 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
     "VOLUME_EXTENSIONS",
+    "CacheableDataset",
     "DatasetReport",
     "Discovery",
+    "FetchesBatches",
+    "FetchesInto",
     "FolderDataset",
     "HyperspectralDataset",
     "Image",

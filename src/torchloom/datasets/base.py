@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from torchloom._buffers.pool import ScratchArrays
 from torchloom._buffers.slots import BatchSlots
 from torchloom._buffers.worker import WorkerBatchPool
+from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto, Slot
 from torchloom.datasets.index import SampleIndex
 from torchloom.errors import ConfigError, SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
@@ -26,22 +27,25 @@ from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform, check_transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor, write_chw
 
-#: Where a sample's image may be written: a batch's slots and the sample's position in it.
-Slot = tuple[BatchSlots, int]
-
 logger = logging.getLogger("torchloom")
 
 #: With ``debug=True``, the first this many samples a process loads are logged in detail.
 DEBUG_LOGGED_SAMPLES = 3
 
 
-class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
+class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatches, CacheableDataset):
     """Base of datasets backed by a :class:`SampleIndex`; subclasses implement ``_load``.
 
     Accepts ``int`` and :class:`torchloom.SampleKey` keys; applies the fault policy; with
     ``debug=True`` logs the first samples and checks that every sample has the same keys,
-    dtypes and dimensions.
+    dtypes and dimensions. It keeps the contract of :mod:`torchloom.datasets.contract`: batches into
+    the Loader's buffers, and what a :class:`~torchloom.cache.DecodedCache` reads.
     """
+
+    #: The folder the sample paths are relative to, when there is one (subclasses set it).
+    root: str | None = None
+    #: The key of the sample's image field (a manifest names its own; ``None``: no image).
+    image_key: str | None = "image"
 
     def __init__(
         self,
@@ -80,12 +84,12 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         return len(self.index)
 
     @functools.cached_property
-    def _fault_name(self) -> str:
+    def fault_name(self) -> str:
         """How skipped samples name this dataset (its repr, computed once)."""
         return repr(self)
 
     def __getitem__(self, key: int) -> dict[str, Any] | Skipped:
-        return self._get(self._checked_key(key), None)
+        return self._get(self.checked_key(key), None)
 
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any] | Skipped]:
         """Load a batch; DataLoader calls this with a batch's keys when it exists.
@@ -93,19 +97,32 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
         Images of equal shape are written straight into one batch buffer (shared memory in a
         worker), which :func:`torchloom.collate` then returns without stacking them again.
         """
-        return self.getitems_into(keys, BatchSlots(len(keys), self._batch_buffers.take))
+        return self.getitems_into(keys, self.batch_slots(len(keys)))
 
     def getitems_into(self, keys: Sequence[int], slots: BatchSlots) -> list[dict[str, Any] | Skipped]:
         """``__getitems__`` into the given batch slots (the thread Loader's reused buffers)."""
-        checked = [self._checked_key(key) for key in keys]
+        checked = [self.checked_key(key) for key in keys]
         slots.generators = self.batch_generators(checked)
         return [self._get(key, (slots, position)) for position, key in enumerate(checked)]
 
+    def batch_slots(self, count: int) -> BatchSlots:
+        """Slots for a batch of ``count`` samples in this dataset's batch buffers (shared memory in a
+        DataLoader worker, reused once the main process lets go of them)."""
+        return BatchSlots(count, self._batch_buffers.take)
+
     def _get(self, key: int, slot: Slot | None) -> dict[str, Any] | Skipped:
-        """Sample ``key`` (as :meth:`_checked_key` returned it) under the fault policy."""
+        """Sample ``key`` (as :meth:`checked_key` returned it) under the fault policy."""
         index = int(key)
         path = self.index.paths[index] if len(self.index.paths) else None
-        result = self.policy.run(index, path, lambda: self._load(index, key, slot), self._fault_name)
+        return self.under_policy(index, path, lambda: self._load(index, key, slot))
+
+    def under_policy(
+        self, index: int, path: str | None, load: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any] | Skipped:
+        """Sample ``index`` (read from ``path``) built by ``load`` under this dataset's fault policy:
+        the sample, or its :class:`~torchloom.Skipped` marker; with ``debug=True``, checked against the
+        first sample."""
+        result = self.policy.run(index, path, load, self.fault_name)
         if self.debug and not isinstance(result, Skipped):
             self._debug_check(index, path, result)
         return result
@@ -129,8 +146,9 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"]):
             )
         return index
 
-    def _checked_key(self, key: int) -> int:
-        """``key`` with its index made non-negative (a SampleKey stays one); out of range raises."""
+    def checked_key(self, key: int) -> int:
+        """``key`` with its index made non-negative (a SampleKey stays one); out of range raises
+        :class:`~torchloom.errors.SampleIndexError`."""
         index = self._checked_index(key)
         return SampleKey(index, key.epoch) if isinstance(key, SampleKey) else index
 

@@ -78,6 +78,8 @@ class FolderDataset(IndexedDataset):
         (['cat'], torch.Size([3, 8, 8]), 0)
     """
 
+    root: str
+
     def __init__(
         self,
         root: str | os.PathLike[str],

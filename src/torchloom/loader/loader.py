@@ -18,14 +18,11 @@ cancels what is pending and joins every thread when iteration stops, however it 
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -34,9 +31,13 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import BatchSlots
 from torchloom.collate import collate
+from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
+from torchloom.loader.iteration import LoaderIteration
 from torchloom.loader.pinning import pin_batch
-from torchloom.resume.state import Resumable, check_epoch
+from torchloom.resume.epochs import Epochs, HasEpoch, SetsEpoch
+from torchloom.resume.state import Resumable, Stateful, check_epoch
+from torchloom.samplers.contract import UnitSampler
 from torchloom.samplers.index import IndexSampler
 
 KEY_SAMPLER = "sampler"
@@ -68,8 +69,12 @@ class Loader(Resumable):
     leaves no thread running. One iteration runs at a time: ``iter(loader)`` stops a running one,
     whose ``next`` then raises saying so (for two at once, make two Loaders).
 
+    What it uses of the dataset and the sampler beyond ``len``, ``dataset[key]`` and ``iter(sampler)``
+    is checked once, here (:mod:`torchloom.datasets.contract`, :mod:`torchloom.samplers.contract`):
+    a batched fetch into its reused buffers or at once, a sampler's unit, epochs and state.
+
     Args:
-        dataset: a map-style dataset; ``__getitems__`` is used when it has one.
+        dataset: a map-style dataset; ``getitems_into`` or ``__getitems__`` is used when it has one.
         batch_size: samples per batch.
         sampler: the order (a torchloom sampler for exact resume); default an
             :class:`~torchloom.samplers.IndexSampler` (shuffled with ``shuffle=True``).
@@ -86,11 +91,15 @@ class Loader(Resumable):
 
     Resume: :meth:`state_dict` is the position after the last batch delivered (not the batches
     being built ahead); :meth:`load_state_dict` makes the next iteration deliver exactly the rest.
-    ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.resume.state` (either order; a finished
+    ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.resume.epochs` (either order; a finished
     epoch resumes into the next) with torchloom's samplers and with plain ones (fast-forwarded in
     their epoch); a sampler with a state of its own from elsewhere (torchdata's) resumes as that
-    state says. A new iteration after one stopped early (``break``) starts the epoch over, as a
-    DataLoader's does; the state taken after the stop is the stopped position, to resume from.
+    state says. A sampler's own ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``) is
+    followed, since it has happened: the state is then the start of that epoch; made before a load,
+    it competes with the load as ``Loader.set_epoch`` does; made after one, a plain sampler's epoch is
+    read whole (torchloom's samplers apply the rules themselves). A new iteration after one stopped
+    early (``break``) starts the epoch over, as a DataLoader's does; the state taken after the stop is
+    the stopped position, to resume from.
 
     Example:
         >>> import torch
@@ -135,8 +144,8 @@ class Loader(Resumable):
         self.sampler: Sampler[Any] = (
             sampler if sampler is not None else IndexSampler(len(dataset), shuffle=shuffle, seed=seed)  # type: ignore[arg-type]
         )
-        unit = getattr(self.sampler, "unit", 1)
-        if isinstance(unit, int) and unit > 1 and batch_size % unit:
+        unit = self.sampler.unit if isinstance(self.sampler, UnitSampler) else 1
+        if unit > 1 and batch_size % unit:
             raise ConfigError(
                 f"batch_size={batch_size} must be a multiple of the sampler's unit {unit} (each batch holds "
                 "whole units, so the composition the sampler promises per unit holds per batch)"
@@ -149,17 +158,30 @@ class Loader(Resumable):
         self.drop_last = drop_last
         self.pin_memory = pin_memory and self._can_pin()
         self._pool = BufferPool(limit=self.num_threads + prefetch + 4)
-        self._delivered: dict[str, Any] | None = None  # state after the last delivered batch
-        self._delivered_epoch: int | None = None  # the sampler's epoch when that iteration started
-        # Samplers without a state of their own: batches to skip on the next iteration, in which epoch.
+        # What the sampler and the dataset offer beyond iter, len and [key], resolved once.
+        self._stateful_sampler = self.sampler if isinstance(self.sampler, Stateful) else None
+        self._epoch_sampler = self.sampler if isinstance(self.sampler, HasEpoch) else None
+        self._epoch_taking_sampler = self.sampler if isinstance(self.sampler, SetsEpoch) else None
+        self._epoch_taking_dataset = dataset if isinstance(dataset, SetsEpoch) else None
+        self._fetch_samples = self._sample_fetcher(dataset)
+        self._epochs = Epochs(type(self).__name__)
+        self._delivered: dict[str, Any] | None = None  # the position after the last delivered batch
+        # A sampler without a state of its own: batches a loaded position skips on the next iteration.
         self._resume_batches = 0
-        self._epoch: int | None = None
-        # The epoch an iteration of the loader's own sampler finished (the next iteration moves on).
+        # With no sampler given, a new iteration after a finished epoch starts the next one.
         self._owns_sampler = sampler is None
-        self._finished_epoch: int | None = None
         # The running iteration, weakly: it refers to this loader, so a strong reference back would
         # keep an abandoned iteration (and its threads) alive until a garbage collection.
-        self._live: weakref.ref[_Iteration] | None = None
+        self._live: weakref.ref[LoaderIteration] | None = None
+
+    def _sample_fetcher(self, dataset: Dataset[Any]) -> Callable[[Sequence[Any]], list[Any]]:
+        """How a batch's samples are loaded: into this loader's reused buffers, at once, or one by one."""
+        if isinstance(dataset, FetchesInto):
+            into, take = dataset.getitems_into, self._pool.take
+            return lambda keys: into(keys, BatchSlots(len(keys), take))
+        if isinstance(dataset, FetchesBatches):
+            return dataset.__getitems__
+        return lambda keys: [dataset[key] for key in keys]
 
     @staticmethod
     def _can_pin() -> bool:
@@ -179,31 +201,36 @@ class Loader(Resumable):
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` (passed to the sampler and, when it has one, the dataset).
 
-        After a ``load_state_dict`` of a position in an earlier epoch, a later epoch wins; the same
-        epoch keeps the loaded position (torchloom's samplers keep it themselves)."""
+        After a ``load_state_dict``, a later epoch wins; the same epoch keeps the loaded position
+        (torchloom's samplers keep it themselves); an earlier one is refused with a warning."""
         epoch = check_epoch(epoch)
-        if self._resume_batches and self._epoch is not None and epoch < self._epoch:
-            warnings.warn(
-                f"Loader.set_epoch({epoch}) after loading a checkpoint of epoch {self._epoch}: the later "
-                f"epoch wins, so epoch {self._epoch} continues. Start your epoch loop at the checkpoint's "
-                "epoch to silence this.",
-                stacklevel=2,
-            )
-            return
-        if epoch != self._epoch:
+        previous = self._epochs.epoch
+        if not self._epochs.set_epoch(epoch):
+            return  # a loaded later epoch wins
+        if epoch != previous:
             self._resume_batches = 0
-        for target in (self.sampler, self.dataset):
-            setter = getattr(target, "set_epoch", None)
-            if callable(setter):
-                setter(epoch)
-        self._epoch = epoch
+        for part in (self._epoch_taking_sampler, self._epoch_taking_dataset):
+            if part is not None:
+                part.set_epoch(epoch)
         self._delivered = None  # the position is now the sampler's: the start of the epoch
-        self._finished_epoch = None
 
     def _sampler_epoch(self) -> int | None:
-        """The sampler's current epoch, when it says (torchloom's samplers, DistributedSampler)."""
-        epoch = getattr(self.sampler, "epoch", None)
-        return int(epoch) if isinstance(epoch, int) else None
+        """The sampler's current epoch, when it has epochs (torchloom's samplers, DistributedSampler)."""
+        return None if self._epoch_sampler is None else int(self._epoch_sampler.epoch)
+
+    def _epoch(self) -> int:
+        """The epoch of the position: the sampler's when it has epochs, else this loader's."""
+        epoch = self._sampler_epoch()
+        return self._epochs.epoch if epoch is None else epoch
+
+    def _follow_sampler(self) -> bool:
+        """Take the sampler's epoch when its own ``set_epoch`` moved it since this loader last looked
+        (Lightning calls ``loader.sampler.set_epoch``); True when it had moved."""
+        epoch = self._sampler_epoch()
+        if epoch is None or epoch == self._epochs.epoch:
+            return False
+        self._epochs.follow(epoch)
+        return True
 
     # --- iteration ------------------------------------------------------------------------------
 
@@ -213,22 +240,20 @@ class Loader(Resumable):
         Nothing is drawn from the sampler before the first ``next``: a ``set_epoch`` between
         ``iter`` and ``next`` (Lightning's order when it resumes) still chooses the epoch."""
         self._stop_live("iter(loader) started a new iteration of this Loader")
-        iteration = _Iteration(self)
+        iteration = LoaderIteration(self)
         self._live = weakref.ref(iteration)
         return iteration
 
-    def _begin(self) -> int:
-        """Start an iteration's epoch: the batches it skips to resume (samplers without a state)."""
-        finished = self._finished_epoch
-        if self._owns_sampler and finished is not None and finished == self._sampler_epoch():
-            self.set_epoch(finished + 1)  # as DataLoader(shuffle=True) reshuffles every iteration
-        resume = self._resume_batches
-        sampler_epoch = self._sampler_epoch()
-        if resume and sampler_epoch is not None and self._epoch is not None and sampler_epoch != self._epoch:
-            resume = 0  # the sampler was moved to another epoch since the load: start that one whole
-        self._resume_batches = 0
-        self._epoch = sampler_epoch if sampler_epoch is not None else self._epoch
-        return resume
+    def _begin(self) -> tuple[int, int]:
+        """Start an iteration: the batches it skips to resume (samplers without a state) and its epoch."""
+        epoch = self._sampler_epoch()
+        if self._owns_sampler and epoch is not None and self._epochs.repeats(epoch):
+            self.set_epoch(epoch + 1)  # as DataLoader(shuffle=True) reshuffles every iteration
+        skip, self._resume_batches = self._resume_batches, 0
+        if self._follow_sampler():
+            skip = 0  # the sampler was moved to another epoch since the load: start that one whole
+        self._epochs.begin()
+        return skip, self._epochs.epoch
 
     def close(self) -> None:
         """Stop the current iteration, if any: pending batches are cancelled, threads joined (its
@@ -244,14 +269,7 @@ class Loader(Resumable):
             iteration.stop(reason)
 
     def _fetch(self, keys: Sequence[Any]) -> Any:
-        fetch_into = getattr(self.dataset, "getitems_into", None)
-        if callable(fetch_into):
-            samples = fetch_into(keys, BatchSlots(len(keys), self._pool.take))
-        elif callable(getattr(self.dataset, "__getitems__", None)):
-            samples = self.dataset.__getitems__(keys)  # type: ignore[attr-defined]
-        else:
-            samples = [self.dataset[key] for key in keys]
-        batch = self.collate_fn(samples)
+        batch = self.collate_fn(self._fetch_samples(keys))
         if self.pin_memory:
             batch = pin_batch(batch)
         return batch
@@ -259,202 +277,60 @@ class Loader(Resumable):
     # --- state ----------------------------------------------------------------------------------
 
     def _sampler_state(self) -> dict[str, Any]:
-        state = getattr(self.sampler, "state_dict", None)
-        return state() if callable(state) else {}
+        return {} if self._stateful_sampler is None else self._stateful_sampler.state_dict()
+
+    def _position(self, batches: int, epoch: int) -> dict[str, Any]:
+        """The position after ``batches`` batches of ``epoch`` drawn now: the sampler's state (when it
+        has one), else the batches to fast-forward."""
+        return {KEY_SAMPLER: self._sampler_state(), KEY_BATCHES: batches, KEY_EPOCH: epoch}
+
+    def _end_of_epoch(self, batches: int, epoch: int) -> dict[str, Any]:
+        """The position after the whole of ``epoch``: the sampler's own state once it is drawn to the
+        end (a short last batch dropped included); for a sampler without one, the start of the next
+        epoch."""
+        if self._stateful_sampler is not None:
+            return self._position(batches, epoch)
+        return {KEY_SAMPLER: {}, KEY_BATCHES: 0, KEY_EPOCH: epoch + 1}
+
+    def _deliver(self, position: dict[str, Any], *, finished: bool) -> None:
+        """The position after the batch just delivered (``finished``: the epoch's last)."""
+        self._delivered = position
+        if finished:
+            self._epochs.finish(self._epoch())
 
     def _get_state(self) -> dict[str, Any]:
         delivered = self._delivered
-        if delivered is not None and self._sampler_epoch() == self._delivered_epoch:
+        sampler_epoch = self._sampler_epoch()
+        if delivered is not None and (sampler_epoch is None or sampler_epoch == self._epochs.epoch):
             return dict(delivered)
         # Nothing delivered since a load or set_epoch; or the sampler's own set_epoch (as Lightning
         # calls it) moved on to another epoch since: the position is the sampler's.
-        batches = self._resume_batches if delivered is None else 0
-        epoch = self._sampler_epoch()
         return {
             KEY_SAMPLER: self._sampler_state(),
-            KEY_BATCHES: batches,
-            KEY_EPOCH: epoch if epoch is not None else self._epoch,
+            KEY_BATCHES: self._resume_batches if delivered is None else 0,
+            KEY_EPOCH: self._epoch(),
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
         if KEY_SAMPLER not in state or KEY_BATCHES not in state:
             raise StateMismatchError("Loader.load_state_dict needs the dict Loader.state_dict() returned")
         self._stop_live("load_state_dict stopped this iteration")
-        load = getattr(self.sampler, "load_state_dict", None)
         self._delivered = None
-        self._finished_epoch = None
-        if callable(load) and state[KEY_SAMPLER]:
-            load(state[KEY_SAMPLER])  # the sampler now holds the position
+        if self._stateful_sampler is not None and state[KEY_SAMPLER]:
+            self._stateful_sampler.load_state_dict(state[KEY_SAMPLER])  # the sampler now holds the position
             self._resume_batches = 0
+            epoch = self._sampler_epoch()
+            if epoch is not None:
+                self._epochs.follow(epoch)  # the epoch the sampler resumes in
             return
-        epoch = state.get(KEY_EPOCH)
-        current = self._sampler_epoch()
-        current = current if current is not None else self._epoch
-        if epoch is not None:
-            if current is not None and current > int(epoch):
-                return  # set_epoch asked for a later epoch before this load: the later epoch wins
-            setter = getattr(self.sampler, "set_epoch", None)
-            if callable(setter):
-                setter(int(epoch))
-            self._epoch = int(epoch)
+        self._follow_sampler()  # the sampler's own set_epoch since: a request this load competes with
+        saved = state.get(KEY_EPOCH)  # None in states written before the epoch was: this epoch
+        epoch = self._epochs.epoch if saved is None else int(saved)
+        if not self._epochs.admits(epoch):
+            return  # set_epoch asked for a later epoch before this load: the later epoch wins
+        self._epochs.load(epoch, finished=False)
+        if self._epoch_taking_sampler is not None:
+            self._epoch_taking_sampler.set_epoch(epoch)
         batches = int(state[KEY_BATCHES])
         # A state at the end of an epoch from before the end was recorded as such: the whole next epoch.
         self._resume_batches = batches if batches < len(self) else 0
-
-
-class _Iteration:
-    """One pass of a :class:`Loader` over its sampler: batches fetched ahead on a thread pool and
-    delivered in order, the loader's state set to each delivered batch's position.
-
-    An error raised while loading a batch reaches the caller when that batch is due, and the
-    threads stop (nothing runs while the error is handled); a further ``next`` starts them again
-    and goes on with the following batch, as a DataLoader does. When a newer iteration or a
-    ``load_state_dict`` stops this one, its ``next`` raises :class:`UsageError` saying so (its
-    remaining batches were not delivered).
-    """
-
-    def __init__(self, loader: Loader) -> None:
-        self._executor: ThreadPoolExecutor | None = None
-        # Batches drawn and not yet delivered: each one's fetch, position once delivered, and keys.
-        self._pending: deque[tuple[Future[Any], dict[str, Any], list[Any]]] = deque()
-        self._started = False
-        self._done = False
-        self._stopped: str | None = None  # why a newer iteration or a load stopped this one
-        self._sampler_error: Exception | None = None
-        self._loader = loader
-        self._stateful = callable(getattr(loader.sampler, "state_dict", None))
-        self._depth = loader.num_threads + loader.prefetch
-        self._exhausted = False
-        self._finished: dict[str, Any] | None = None  # the position once the epoch is drawn to its end
-        self._keys: Iterator[Any] = iter(())
-        self._delivered = 0
-        self._epoch: int | None = None
-
-    def _start(self) -> None:
-        """Begin the epoch at the first ``next``: draw keys, start the threads, fetch ahead."""
-        self._started = True
-        loader = self._loader
-        resume = loader._begin()
-        self._delivered = resume
-        self._epoch = loader._epoch
-        loader._delivered_epoch = loader._sampler_epoch()
-        loader._delivered = self._snapshot(loader._sampler_state())
-        self._keys = iter(loader.sampler)
-        if resume:
-            self._keys = itertools.islice(self._keys, resume * loader.batch_size, None)  # fast-forward
-        self._start_threads()
-        try:
-            self._fill()
-        except BaseException:
-            self.stop(None)
-            raise
-
-    def __iter__(self) -> _Iteration:
-        return self
-
-    def __next__(self) -> Any:
-        if self._stopped is not None:
-            raise UsageError(
-                f"this Loader iteration was stopped: {self._stopped}, so its remaining batches were not "
-                "delivered. A Loader runs one iteration at a time (for two at once, make two Loaders)"
-            )
-        if self._done:
-            raise StopIteration
-        if self._sampler_error is not None:  # the sampler failed while drawing ahead
-            error, self._sampler_error = self._sampler_error, None
-            self.stop(None)
-            raise error
-        if not self._started:
-            self._start()
-        elif self._executor is None:  # paused by an error in an earlier batch: go on
-            self._start_threads()
-            self._fill()  # in place of the failed batch
-        if not self._pending:
-            self.stop(None)
-            raise StopIteration
-        future, snapshot, keys = self._pending.popleft()
-        try:
-            batch = future.result()
-        except BaseException:
-            if not (future.done() and not future.cancelled() and future.exception() is not None):
-                self._pending.appendleft((future, snapshot, keys))  # interrupted while waiting (Ctrl-C)
-                raise
-            self._pause()  # the batch failed
-            self._deliver(snapshot)  # it is behind: a resume goes on after it
-            raise
-        # Draw ahead before delivering, so that the last batch of the epoch is known as such. A
-        # sampler error here is raised by the next call: this batch is delivered first.
-        try:
-            self._fill()
-        except Exception as error:
-            self._sampler_error = error
-        self._deliver(snapshot)
-        return batch
-
-    def _deliver(self, snapshot: dict[str, Any]) -> None:
-        """Set the loader's position to after the batch of ``snapshot``; after the epoch's last
-        batch, the end of the epoch (which resumes into the whole next one)."""
-        if self._exhausted and not self._pending and self._finished is not None:
-            snapshot = self._finished
-            self._loader._finished_epoch = self._loader._sampler_epoch()
-        self._loader._delivered = snapshot
-
-    def _fill(self) -> None:
-        loader = self._loader
-        while not self._exhausted and len(self._pending) < self._depth:
-            batch_keys = list(itertools.islice(self._keys, loader.batch_size))
-            if not batch_keys or (loader.drop_last and len(batch_keys) < loader.batch_size):
-                self._exhausted = True
-                self._finished = self._end_of_epoch()
-                if not self._pending:  # nothing more to deliver: the position is the end already
-                    self._deliver(self._finished)
-                return
-            self._delivered += 1
-            snapshot = self._snapshot(loader._sampler_state() if self._stateful else {})
-            self._pending.append((self._submit(batch_keys), snapshot, batch_keys))
-
-    def _submit(self, keys: list[Any]) -> Future[Any]:
-        assert self._executor is not None
-        return self._executor.submit(self._loader._fetch, keys)
-
-    def _start_threads(self) -> None:
-        """Start the thread pool; batches whose fetch a pause cancelled are submitted again."""
-        self._executor = ThreadPoolExecutor(self._loader.num_threads, thread_name_prefix="torchloom-loader")
-        self._pending = deque(
-            (self._submit(keys) if future.cancelled() else future, snapshot, keys)
-            for future, snapshot, keys in self._pending
-        )
-
-    def _pause(self, *, wait: bool = True) -> None:
-        """Cancel the fetches not yet started and join the threads (finished ones are kept)."""
-        executor, self._executor = self._executor, None
-        for future, _, _ in self._pending:
-            future.cancel()
-        if executor is not None:
-            executor.shutdown(wait=wait, cancel_futures=True)
-
-    def _snapshot(self, sampler_state: dict[str, Any]) -> dict[str, Any]:
-        return {KEY_SAMPLER: sampler_state, KEY_BATCHES: self._delivered, KEY_EPOCH: self._epoch}
-
-    def _end_of_epoch(self) -> dict[str, Any]:
-        """The position after the whole epoch: the sampler's own state once it is drawn to the end
-        (a short last batch dropped included); for a sampler without one, the start of the next
-        epoch (epoch + 1 when it has epochs, else simply the start)."""
-        if self._stateful:
-            return self._snapshot(self._loader._sampler_state())
-        epoch = None if self._epoch is None else self._epoch + 1
-        return {KEY_SAMPLER: {}, KEY_BATCHES: 0, KEY_EPOCH: epoch}
-
-    def stop(self, reason: str | None, *, wait: bool = True) -> None:
-        """End the iteration: cancel pending batches, join the threads (``wait``); with a
-        ``reason`` (a newer iteration, a load), a later ``next`` raises instead of ending quietly."""
-        if reason is not None and not self._done:
-            self._stopped = reason
-        self._done = True
-        self._pause(wait=wait)
-        self._pending.clear()
-
-    def __del__(self) -> None:
-        # Not joined: a garbage collection may run this on one of the pool's own threads, or at
-        # interpreter exit; the threads end after the batch each one is building.
-        self.stop(None, wait=False)

@@ -1,6 +1,8 @@
-"""Exact resume: the one state protocol, the rank and world of the reading process, consumer streams."""
+"""Exact resume: the one state protocol, the epoch rules, the rank and world of the reading process,
+consumer streams."""
 
 from torchloom.errors import StateMismatchError
-from torchloom.resume.state import Resumable
+from torchloom.resume.epochs import Epochs, HasEpoch, SetsEpoch
+from torchloom.resume.state import Resumable, Stateful
 
-__all__ = ["Resumable", "StateMismatchError"]
+__all__ = ["Epochs", "HasEpoch", "Resumable", "SetsEpoch", "StateMismatchError", "Stateful"]

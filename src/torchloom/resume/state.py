@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -45,7 +45,17 @@ KEY_VERSION = "version"
 KEY_KIND = "kind"
 
 
-class Resumable:
+@runtime_checkable
+class Stateful(Protocol):
+    """Saves and restores its position as a plain dict: every :class:`Resumable`, torchdata's stateful
+    samplers, anything a ``StatefulDataLoader`` checkpoints."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Resumable(Stateful):
     """Base of torchloom's resumable objects: subclasses give ``_get_state`` and ``_set_state``.
 
     ``STATE_VERSION`` is bumped when the state's meaning changes; ``_upgrade`` fills in what older

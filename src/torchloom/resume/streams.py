@@ -13,7 +13,13 @@ dataset: resolving the consumer when iteration starts, the epoch (in shared memo
 - the subclass's settings (item list fingerprint, reader, shuffle), checked on load.
 
 ``set_epoch`` and ``load_state_dict`` may come in either order before an iteration: the later
-epoch wins. A consumer whose state says it is exhausted yields nothing more of that epoch.
+epoch wins. A consumer whose state says it is exhausted yields nothing more of that epoch. These are
+the rules of :class:`~torchloom.resume.epochs.Epochs`, applied as an iteration begins, in the process
+that reads: ``set_epoch`` is called in the main process and reaches workers (their own copies of the
+dataset) only through shared memory, and a loaded position names the consumer that may resume it,
+known only then. A worker cannot tell a ``set_epoch`` made before its last iteration from a new one,
+so the last one keeps competing with a load (a load of an earlier epoch loses, also after an
+iteration), where a sampler forgets it once an iteration has begun.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from torchloom.resume.distributed import (
     in_worker,
     resolve_rank_world,
 )
+from torchloom.resume.epochs import Epochs, loaded_epoch_wins
 from torchloom.resume.state import Resumable, SharedInts, check_epoch, check_field
 
 Record = TypeVar("Record")
@@ -74,8 +81,9 @@ class ConsumerStream(IterableDataset[Record], Resumable):
         self._rank_arg, self._world_arg = rank, world_size
         self._shared = SharedInts([0, 0, 0])
         self._note_split()
-        self._epoch = 0
-        self._pending: dict[str, Any] | None = None
+        # The epoch of the position; a finished consumer stays in it (it cannot know the others are done).
+        self._epochs = Epochs(type(self).__name__, finished_moves_on=False)
+        self._pending: dict[str, Any] | None = None  # a loaded position, applied when iteration begins
         self._consumer: Consumer | None = None
         self._consumed = self._entry = self._offset = 0
         self._exhausted = False
@@ -172,8 +180,10 @@ class ConsumerStream(IterableDataset[Record], Resumable):
         requested = self._shared[_EPOCH]
         pending, self._pending = self._pending, None
         self._consumer = consumer
-        if pending is None or pending[KEY_EPOCH] < requested:
-            self._epoch = requested
+        epochs = self._epochs
+        epochs.begin()
+        epochs.follow(requested)  # the main process's set_epoch, which this process sees only now
+        if pending is None or not epochs.admits(pending[KEY_EPOCH]):
             self._consumed = self._entry = self._offset = 0
             self._exhausted = False
             return
@@ -186,9 +196,9 @@ class ConsumerStream(IterableDataset[Record], Resumable):
                 f"{consumer.describe()}. A stream's position cannot be re-split: resume with the same "
                 "world size and num_workers, or call set_epoch(next epoch) to start a fresh one"
             )
-        self._epoch = pending[KEY_EPOCH]
-        if self._epoch > requested:
-            self._shared[_EPOCH] = self._epoch  # later iterations continue from the loaded epoch
+        epoch = epochs.load(pending[KEY_EPOCH], finished=bool(pending[KEY_EXHAUSTED]))
+        if epoch > requested:
+            self._shared[_EPOCH] = epoch  # later iterations continue from the loaded epoch
         self._consumed, self._entry, self._offset = (
             pending[KEY_CONSUMED],
             pending[KEY_ENTRY],
@@ -203,7 +213,7 @@ class ConsumerStream(IterableDataset[Record], Resumable):
         if self._replays():
             skip, self._entry, self._offset = self._consumed, 0, 0
             self._consumed = 0
-        records = self._reorder(self._planned(plan, self._entry, self._offset), consumer, self._epoch)
+        records = self._reorder(self._planned(plan, self._entry, self._offset), consumer, self._epochs.epoch)
         for record in records:
             if skip:
                 skip -= 1
@@ -232,14 +242,14 @@ class ConsumerStream(IterableDataset[Record], Resumable):
     def _position(self) -> dict[str, Any]:
         requested = self._shared[_EPOCH]
         if self._pending is not None:
-            if self._pending[KEY_EPOCH] >= requested:
+            if loaded_epoch_wins(self._pending[KEY_EPOCH], requested):
                 return dict(self._pending)
             return self._start_of(requested)
-        if requested != self._epoch:
+        if requested != self._epochs.epoch:  # set_epoch since this position's iteration began
             return self._start_of(requested)
         consumer = self._consumer
         return {
-            KEY_EPOCH: self._epoch,
+            KEY_EPOCH: self._epochs.epoch,
             KEY_CONSUMED: self._consumed,
             KEY_ENTRY: self._entry,
             KEY_OFFSET: self._offset,

@@ -3,6 +3,7 @@
 from torchloom.samplers.balanced import BalancedSampler, class_probabilities
 from torchloom.samplers.base import KeySampler
 from torchloom.samplers.batches import BatchKeySampler
+from torchloom.samplers.contract import UnitSampler
 from torchloom.samplers.index import IndexSampler
 from torchloom.samplers.mixture import MixtureSampler, batch_composition
 from torchloom.samplers.weighted import WeightedSampler
@@ -14,6 +15,7 @@ __all__ = [
     "IndexSampler",
     "KeySampler",
     "MixtureSampler",
+    "UnitSampler",
     "WeightedSampler",
     "WindowSampler",
     "batch_composition",

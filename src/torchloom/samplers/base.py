@@ -36,7 +36,9 @@ from torch.utils.data import DistributedSampler
 
 from torchloom.errors import ConfigError, StateMismatchError
 from torchloom.resume.distributed import outer_batch_splitter, resolve_rank_world
+from torchloom.resume.epochs import Epochs, HasEpoch
 from torchloom.resume.state import Resumable, check_epoch, check_field
+from torchloom.samplers.contract import UnitSampler
 from torchloom.seeding import SampleKey, key_class
 
 # Keys made at once while iterating: bounds memory for epochs of many millions of indices.
@@ -64,8 +66,12 @@ def split_units(units: np.ndarray, rank: int, world_size: int, drop_last: bool) 
     return np.concatenate([units] * repeats)[:total][rank::world_size]
 
 
-class KeySampler(DistributedSampler[SampleKey], Resumable):
+class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch):
     """Base of the samplers: subclasses give ``_global_order(epoch)`` and ``_config()``.
+
+    The epoch follows :class:`torchloom.resume.epochs.Epochs` (``set_epoch`` and ``load_state_dict`` in
+    either order, a finished epoch resumes into the next); the position is ``start`` and the keys
+    yielded since, read from the key iterator when a state is taken.
 
     Args:
         seed: seeds the order (with the epoch); every rank must use the same seed.
@@ -100,14 +106,11 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         self._rank_arg, self._world_arg = rank, world_size
         self.drop_last = drop_last
         self.unit = unit
-        self.epoch = 0
+        self._epochs = Epochs(type(self).__name__)
         self._start = 0  # global unit where this epoch's split begins
         self._split: tuple[int, int] | None = None  # (rank, world) fixed by a loaded state or iteration
         self._yielded = 0
         self._resume_from = 0
-        self._finished_epoch: int | None = None
-        self._loaded_epoch: int | None = None  # set by load_state_dict until the next iteration starts
-        self._requested_epoch: int | None = None  # set by set_epoch until the next iteration starts
         self._warned_repeat = False
         self._cache: tuple[int, np.ndarray] | None = None
         self._live: tuple[Iterator[SampleKey], int, int] | None = None
@@ -163,6 +166,15 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         if self._rank_arg is None:
             self._rank_arg = 0
         self._split = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the position is in (the next iteration's, or the current one's)."""
+        return self._epochs.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epochs.epoch = value
 
     @property
     def num_replicas(self) -> int:  # type: ignore[override]
@@ -224,34 +236,26 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         a ``load_state_dict`` and the next iteration, the later of the two epochs wins.
         """
         epoch = check_epoch(epoch)
-        if self._loaded_epoch is not None and epoch < self.epoch:
-            warnings.warn(
-                f"{type(self).__name__}.set_epoch({epoch}) after loading a checkpoint of epoch {self.epoch}: "
-                f"the later epoch wins, so epoch {self.epoch} continues. Start your epoch loop at the "
-                "checkpoint's epoch to silence this.",
-                stacklevel=2,
-            )
-            return
-        self._requested_epoch = epoch
-        if epoch != self.epoch:
+        previous = self.epoch
+        if self._epochs.set_epoch(epoch) and epoch != previous:
             self._start_epoch(epoch)
-        self._finished_epoch = None
 
     def _start_epoch(self, epoch: int) -> None:
+        """The position is the start of ``epoch``."""
         self.epoch = epoch
         self._start = self._resume_from = self._yielded = 0
         self._split = None
         self._live = None
 
     def __iter__(self) -> Iterator[SampleKey]:
-        if self._finished_epoch == self.epoch and not self._warned_repeat:
+        if self._epochs.repeats() and not self._warned_repeat:
             warnings.warn(
                 f"{type(self).__name__} is iterated again for epoch {self.epoch} without set_epoch(); "
                 "it repeats the same order. Call sampler.set_epoch(epoch) before each epoch.",
                 stacklevel=2,
             )
             self._warned_repeat = True
-        self._loaded_epoch = self._requested_epoch = None
+        self._epochs.begin()
         splitter = outer_batch_splitter()
         if splitter is not None:
             # The wrapper (Accelerate) splits batches across its processes: give it the global order.
@@ -273,7 +277,7 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
             yield from iterator
         self._live = None
         self._yielded = len(indices)
-        self._finished_epoch = epoch
+        self._epochs.finish(epoch)
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -316,7 +320,7 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         epoch, start, yielded = int(state[STATE_EPOCH]), int(state[STATE_START]), int(state[STATE_YIELDED])
         if epoch < 0 or start < 0 or yielded < 0:
             raise StateMismatchError(f"checkpoint position is negative: {epoch=}, {start=}, {yielded=}")
-        if self._requested_epoch is not None and self._requested_epoch > epoch:
+        if not self._epochs.admits(epoch):
             return  # set_epoch asked for a later epoch before this load: the later epoch wins
         saved_world = int(state.get(STATE_WORLD, self.world_size))
         total_units = len(self.global_order(epoch)) // self.unit
@@ -331,10 +335,9 @@ class KeySampler(DistributedSampler[SampleKey], Resumable):
         self._start_epoch(epoch)
         self._start = min(start, total_units)
         self._split = (self.rank, self.world_size)
-        length = len(self.rank_indices())
-        if yielded >= length:
-            self._start_epoch(epoch + 1)  # the epoch was finished: resume into the whole next one
+        finished = yielded >= len(self.rank_indices())
+        resumed = self._epochs.load(epoch, finished=finished)
+        if finished:
+            self._start_epoch(resumed)  # the whole next epoch
         else:
             self._resume_from = self._yielded = yielded
-        self._loaded_epoch = self.epoch
-        self._finished_epoch = None

@@ -1,0 +1,184 @@
+"""The epoch rules (torchloom.resume.epochs): each rule on its own, each order of set_epoch and
+load_state_dict, and the same outcome from every owner (sampler, Loader, stream)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DistributedSampler
+
+from subjects import KeyEcho, write_shards
+from torchloom import Loader, StreamDataset
+from torchloom.resume.epochs import Epochs, loaded_epoch_wins
+from torchloom.samplers import IndexSampler
+
+# --- each rule ------------------------------------------------------------------------------------
+
+
+def test_set_epoch_starts_an_epoch_and_the_current_one_again_is_taken_too() -> None:
+    epochs = Epochs("Owner")
+    assert (epochs.set_epoch(3), epochs.epoch, epochs.requested) == (True, 3, 3)
+    assert (epochs.set_epoch(3), epochs.epoch) == (True, 3)  # the owner keeps its position
+    assert (epochs.set_epoch(1), epochs.epoch) == (True, 1)  # nothing loaded: any epoch
+
+
+def test_a_load_is_the_position_right_after_it() -> None:
+    epochs = Epochs("Owner")
+    assert epochs.admits(4) and epochs.load(4, finished=False) == 4
+    assert (epochs.epoch, epochs.loaded) == (4, 4)
+
+
+@pytest.mark.parametrize(("requested", "applies"), [(0, True), (1, True), (2, False)])
+def test_set_epoch_then_load_the_later_epoch_wins(requested: int, applies: bool) -> None:
+    epochs = Epochs("Owner")
+    epochs.set_epoch(requested)
+    assert epochs.admits(1) is applies  # a checkpoint of epoch 1: the same epoch keeps the loaded position
+
+
+@pytest.mark.parametrize(("requested", "taken"), [(0, False), (1, True), (2, True)])
+def test_load_then_set_epoch_the_later_epoch_wins(requested: int, taken: bool) -> None:
+    epochs = Epochs("Owner")
+    epochs.load(1, finished=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert epochs.set_epoch(requested) is taken
+    assert epochs.epoch == max(requested, 1)
+    if taken:
+        assert not caught
+    else:
+        assert len(caught) == 1
+        assert "Owner.set_epoch(0) after loading a checkpoint of epoch 1: the later epoch wins" in str(
+            caught[0].message
+        )
+
+
+def test_a_finished_epoch_resumes_into_the_next_unless_a_consumer_cannot_know() -> None:
+    assert Epochs("Sampler").load(2, finished=True) == 3
+    stream = Epochs("Stream", finished_moves_on=False)
+    assert stream.load(2, finished=True) == 2 and stream.epoch == 2
+
+
+def test_an_iteration_settles_what_came_before_it() -> None:
+    epochs = Epochs("Owner")
+    epochs.set_epoch(5)
+    epochs.begin()
+    assert epochs.requested is None and epochs.admits(2), "a load after an iteration applies"
+    epochs.load(2, finished=False)
+    epochs.begin()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert epochs.set_epoch(0), "after an iteration, set_epoch moves to any epoch"
+
+
+def test_a_finished_epoch_repeats_until_set_epoch_or_a_load() -> None:
+    epochs = Epochs("Owner")
+    epochs.set_epoch(2)
+    epochs.finish(2)
+    assert epochs.repeats() and epochs.repeats(2) and not epochs.repeats(3)
+    epochs.set_epoch(2)
+    assert not epochs.repeats()
+    epochs.finish(2)
+    epochs.load(2, finished=False)
+    assert not epochs.repeats()
+    epochs.finish(2)
+    epochs.follow(2)
+    assert not epochs.repeats()
+
+
+def test_an_epoch_set_from_outside_is_a_request_nothing_refuses() -> None:
+    epochs = Epochs("Loader")
+    epochs.load(3, finished=False)
+    epochs.follow(1)  # e.g. the sampler's own set_epoch: it has happened
+    assert (epochs.epoch, epochs.requested) == (1, 1)
+    assert not epochs.admits(0) and epochs.admits(1)
+
+
+def test_the_rule_between_a_load_and_a_request() -> None:
+    assert loaded_epoch_wins(2, None) and loaded_epoch_wins(2, 2) and loaded_epoch_wins(3, 2)
+    assert not loaded_epoch_wins(1, 2)
+
+
+# --- every owner resolves the same way -------------------------------------------------------------
+
+SIZE = 12
+TAKEN = 5  # samples read of epoch 1 before the checkpoint
+
+
+def sampler_owner(_: Path) -> tuple[Any, Any]:
+    sampler = IndexSampler(SIZE, seed=4)
+    return sampler, sampler
+
+
+def loader_owner(sampler: Callable[[], Any]) -> Callable[[Path], tuple[Any, Any]]:
+    def make(_: Path) -> tuple[Any, Any]:
+        loader = Loader(KeyEcho(SIZE), batch_size=1, sampler=sampler(), num_threads=1)
+        return loader, loader
+
+    return make
+
+
+def stream_owner(folder: Path) -> tuple[Any, Any]:
+    stream = StreamDataset(write_shards(folder, [SIZE]))
+    return stream, stream
+
+
+OWNERS = {
+    "IndexSampler": sampler_owner,
+    "Loader(IndexSampler)": loader_owner(lambda: IndexSampler(SIZE, seed=4)),
+    "Loader(DistributedSampler)": loader_owner(
+        lambda: DistributedSampler(range(SIZE), num_replicas=1, rank=0, seed=4)  # type: ignore[arg-type]
+    ),
+    "StreamDataset": stream_owner,
+}
+
+
+def ids(items: Any) -> list[int]:
+    """What an owner yields, as integers (keys, batches of one, stream records)."""
+    out = []
+    for item in items:
+        value = item["index"] if isinstance(item, dict) and "index" in item else item
+        value = value["id"] if isinstance(value, dict) else value
+        out.append(int(value.item() if hasattr(value, "item") else value))
+    return out
+
+
+def read_epoch(make: Callable[[Path], tuple[Any, Any]], folder: Path, epoch: int) -> list[int]:
+    owner, iterable = make(folder)
+    owner.set_epoch(epoch)
+    return ids(iterable)
+
+
+@pytest.mark.parametrize("requested", [0, 1, 2])
+@pytest.mark.parametrize("order", ["set_epoch, load", "load, set_epoch"])
+@pytest.mark.parametrize("name", sorted(OWNERS))
+def test_every_owner_lets_the_later_epoch_win_in_either_order(
+    tmp_path: Path, name: str, order: str, requested: int
+) -> None:
+    make = OWNERS[name]
+    owner, iterable = make(tmp_path)
+    owner.set_epoch(1)
+    iterator = iter(iterable)
+    seen = ids(next(iterator) for _ in range(TAKEN))
+    state = owner.state_dict()
+    resumed, resumed_iterable = make(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if order == "set_epoch, load":
+            resumed.set_epoch(requested)
+            resumed.load_state_dict(state)
+        else:
+            resumed.load_state_dict(state)
+            resumed.set_epoch(requested)
+    rest = ids(resumed_iterable)
+    if requested <= 1:  # the loaded position wins: the rest of epoch 1
+        assert seen + rest == read_epoch(make, tmp_path, 1), (name, order, requested)
+    else:  # the later epoch wins: the whole of it
+        assert rest == read_epoch(make, tmp_path, requested), (name, order, requested)
+    refused = order == "load, set_epoch" and requested < 1
+    # A set_epoch that loses warns where it is called; a stream's resolves in the reading process.
+    warned = [w for w in caught if "the later epoch wins" in str(w.message)]
+    assert len(warned) == (refused and name != "StreamDataset"), [str(w.message) for w in caught]
