@@ -1,6 +1,6 @@
 """DecodedCache: decode every image of a dataset once, then read it from a memory-mapped file.
 
-SPEC §1.5, "decode once, augment many": decoding (and shrinking 1080p sources to the size that is
+"Decode once, augment many": decoding (and shrinking 1080p sources to the size that is
 trained on) happens once; random augmentation still runs every epoch, after the cache, with each
 sample's own ``(seed, epoch, index)`` draws.
 """
