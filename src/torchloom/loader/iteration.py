@@ -1,26 +1,53 @@
 """One pass of the thread :class:`~torchloom.Loader` over its sampler: the threads and the order.
 
-The Loader says where a pass starts, what the position is after each batch and at the end of the
-epoch, and loads a batch (``Loader._fetch``); the pass draws keys ahead, keeps the fetches in flight
-on a thread pool, delivers batches in order and tells the Loader each delivered batch's position.
+The Loader says, through a :class:`PassPlan`, where a pass starts, what the position is after each
+batch and at the end of the epoch, and how a batch is loaded; the pass draws keys ahead, keeps the
+fetches in flight on a thread pool, delivers batches in order and tells the Loader each delivered
+batch's position.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from torchloom.errors import UsageError
 
-if TYPE_CHECKING:
-    from torchloom.loader.loader import Loader
+#: A position of the Loader: what its ``state_dict`` returns after a batch.
+Position = dict[str, Any]
+
+
+class Deliver(Protocol):
+    """Where a pass sends each delivered batch's position (``finished``: the epoch's last)."""
+
+    def __call__(self, position: Position, *, finished: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """What the Loader tells each pass: its settings, where the pass starts, the position after a
+    number of batches (and after the whole epoch), how a batch is fetched, and where each delivered
+    batch's position goes (``finished``: the epoch's last)."""
+
+    sampler: Iterable[Any]
+    batch_size: int
+    drop_last: bool
+    num_threads: int
+    prefetch: int
+    #: Batches a resume skips, and the epoch of the pass.
+    begin: Callable[[], tuple[int, int]]
+    position: Callable[[int, int], Position]
+    end_of_epoch: Callable[[int, int], Position]
+    fetch: Callable[[Sequence[Any]], Any]
+    deliver: Deliver
 
 
 class LoaderIteration:
-    """One pass of a :class:`Loader` over its sampler: batches fetched ahead on a thread pool and
+    """One pass of a :class:`~torchloom.Loader` over its sampler: batches fetched ahead on a thread pool and
     delivered in order, the loader's state set to each delivered batch's position.
 
     Nothing is drawn before the first ``next``. An error raised while loading a batch reaches the
@@ -30,18 +57,18 @@ class LoaderIteration:
     :class:`UsageError` saying so (its remaining batches were not delivered).
     """
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, plan: PassPlan) -> None:
         self._executor: ThreadPoolExecutor | None = None
         # Batches drawn and not yet delivered: each one's fetch, position once delivered, and keys.
-        self._pending: deque[tuple[Future[Any], dict[str, Any], list[Any]]] = deque()
+        self._pending: deque[tuple[Future[Any], Position, list[Any]]] = deque()
         self._started = False
         self._done = False
         self._stopped: str | None = None  # why a newer iteration or a load stopped this one
         self._sampler_error: Exception | None = None
-        self._loader = loader
-        self._depth = loader.num_threads + loader.prefetch
+        self._plan = plan
+        self._depth = plan.num_threads + plan.prefetch
         self._exhausted = False
-        self._finished: dict[str, Any] | None = None  # the position once the epoch is drawn to its end
+        self._finished: Position | None = None  # the position once the epoch is drawn to its end
         self._keys: Iterator[Any] = iter(())
         self._drawn = 0  # batches of the epoch drawn so far, those a resume skipped included
         self._epoch = 0
@@ -49,13 +76,13 @@ class LoaderIteration:
     def _start(self) -> None:
         """Begin the epoch at the first ``next``: draw keys, start the threads, fetch ahead."""
         self._started = True
-        loader = self._loader
-        skip, self._epoch = loader._begin()
+        plan = self._plan
+        skip, self._epoch = plan.begin()
         self._drawn = skip
-        loader._deliver(loader._position(skip, self._epoch), finished=False)
-        self._keys = iter(loader.sampler)
+        plan.deliver(plan.position(skip, self._epoch), finished=False)
+        self._keys = iter(plan.sampler)
         if skip:
-            self._keys = itertools.islice(self._keys, skip * loader.batch_size, None)  # fast-forward
+            self._keys = itertools.islice(self._keys, skip * plan.batch_size, None)  # fast-forward
         self._start_threads()
         try:
             self._fill()
@@ -105,35 +132,35 @@ class LoaderIteration:
         self._deliver(position)
         return batch
 
-    def _deliver(self, position: dict[str, Any]) -> None:
+    def _deliver(self, position: Position) -> None:
         """Set the loader's position to ``position``, after a batch; after the epoch's last batch, the
         end of the epoch (which resumes into the whole next one)."""
         if self._exhausted and not self._pending and self._finished is not None:
-            self._loader._deliver(self._finished, finished=True)
+            self._plan.deliver(self._finished, finished=True)
         else:
-            self._loader._deliver(position, finished=False)
+            self._plan.deliver(position, finished=False)
 
     def _fill(self) -> None:
-        loader = self._loader
+        plan = self._plan
         while not self._exhausted and len(self._pending) < self._depth:
-            batch_keys = list(itertools.islice(self._keys, loader.batch_size))
-            if not batch_keys or (loader.drop_last and len(batch_keys) < loader.batch_size):
+            batch_keys = list(itertools.islice(self._keys, plan.batch_size))
+            if not batch_keys or (plan.drop_last and len(batch_keys) < plan.batch_size):
                 self._exhausted = True
-                self._finished = loader._end_of_epoch(self._drawn, self._epoch)
+                self._finished = plan.end_of_epoch(self._drawn, self._epoch)
                 if not self._pending:  # nothing more to deliver: the position is the end already
                     self._deliver(self._finished)
                 return
             self._drawn += 1
-            position = loader._position(self._drawn, self._epoch)
+            position = plan.position(self._drawn, self._epoch)
             self._pending.append((self._submit(batch_keys), position, batch_keys))
 
     def _submit(self, keys: list[Any]) -> Future[Any]:
         assert self._executor is not None
-        return self._executor.submit(self._loader._fetch, keys)
+        return self._executor.submit(self._plan.fetch, keys)
 
     def _start_threads(self) -> None:
         """Start the thread pool; batches whose fetch a pause cancelled are submitted again."""
-        self._executor = ThreadPoolExecutor(self._loader.num_threads, thread_name_prefix="torchloom-loader")
+        self._executor = ThreadPoolExecutor(self._plan.num_threads, thread_name_prefix="torchloom-loader")
         self._pending = deque(
             (self._submit(keys) if future.cancelled() else future, position, keys)
             for future, position, keys in self._pending

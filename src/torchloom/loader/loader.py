@@ -34,7 +34,7 @@ from torchloom._buffers.slots import BatchSlots
 from torchloom.collate import collate
 from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
-from torchloom.loader.iteration import LoaderIteration
+from torchloom.loader.iteration import LoaderIteration, PassPlan
 from torchloom.loader.pinning import pin_batch
 from torchloom.resume.epochs import Epochs, HasEpoch, SetsEpoch
 from torchloom.resume.state import Resumable, Stateful, check_epoch
@@ -241,7 +241,20 @@ class Loader(Resumable):
         Nothing is drawn from the sampler before the first ``next``: a ``set_epoch`` between
         ``iter`` and ``next`` (Lightning's order when it resumes) still chooses the epoch."""
         self._stop_live("iter(loader) started a new iteration of this Loader")
-        iteration = LoaderIteration(self)
+        iteration = LoaderIteration(
+            PassPlan(
+                sampler=self.sampler,
+                batch_size=self.batch_size,
+                drop_last=self.drop_last,
+                num_threads=self.num_threads,
+                prefetch=self.prefetch,
+                begin=self._begin,
+                position=self._position,
+                end_of_epoch=self._end_of_epoch,
+                fetch=self._fetch,
+                deliver=self._deliver,
+            )
+        )
         self._live = weakref.ref(iteration)
         return iteration
 
