@@ -270,7 +270,8 @@ def test_a_transform_bug_surfaces_even_under_skip(clips: Path) -> None:
 
 def test_missing_pyav_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "av", None)
-    with pytest.raises(ImportError, match=r"pip install av \(or, in a torchloom clone, pip install -e '\.\[video\]'\)"):
+    hint = r"pip install av \(or, in a torchloom clone, pip install -e '\.\[video\]'\)"
+    with pytest.raises(ImportError, match=hint):
         require_av()
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.index import StringColumn
+from torchloom.io.files import lies_inside
 
 #: Version of the cache's on-disk format; a cache of an older version is rebuilt.
 FORMAT_VERSION = 1
@@ -94,7 +95,9 @@ class InputStats:
         """What changed since ``built`` (paths shown relative to ``root``), or ``None``."""
 
         def name(path: str) -> str:
-            return repr(os.path.relpath(path, root) if root and _inside(path, root) else path)
+            if root and os.path.isabs(path) and lies_inside(os.path.normpath(path), os.path.abspath(root)):
+                return repr(os.path.relpath(path, root))
+            return repr(path)
 
         if not _same_paths(self.paths, built.paths):
             return _describe_file_list_change(built.paths, self.paths, name)
@@ -135,12 +138,6 @@ def settings_changes(built: dict[str, Any], wanted: dict[str, Any]) -> str | Non
 def _same_paths(a: StringColumn, b: StringColumn) -> bool:
     return np.array_equal(a.offsets, b.offsets) and np.array_equal(a.data, b.data)
 
-
-def _inside(path: str, root: str) -> bool:
-    try:
-        return os.path.commonpath([path, os.path.abspath(root)]) == os.path.abspath(root)
-    except ValueError:  # different drives
-        return False
 
 
 def _describe_file_list_change(built: StringColumn, now: StringColumn, name: Callable[[str], str]) -> str:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from torchloom.datasets.index import StringColumn
 from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
+from torchloom.io.files import lies_inside
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
@@ -111,7 +112,7 @@ class Image:
         if context.check_symlinks:
             real = _real_path(joined, real_folders)
             root_real = _real_path(context.root, real_folders)
-            if os.path.commonpath([real, root_real]) != root_real:
+            if not lies_inside(real, root_real):
                 raise PathOutsideRootError(row, value, context.root, f"is a symlink to {real!r}")
         return joined
 

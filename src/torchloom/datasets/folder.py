@@ -149,6 +149,7 @@ class FolderDataset(IndexedDataset):
             max_pixels=max_pixels,
             exif_orientation=exif_orientation,
         )
+        self.read_root = None if allow_outside_root else os.path.realpath(self.root)
         self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:
             warnings.warn(

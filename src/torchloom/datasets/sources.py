@@ -59,7 +59,7 @@ class FoundFiles:
     classes: list[Any] | None
     #: How the source is named in messages.
     name: str
-    #: A real folder every read must resolve into (a manifest's root), or None.
+    #: A real folder every read must resolve into (a folder source, a manifest's root), or None.
     read_root: str | None = None
 
 
@@ -148,7 +148,8 @@ def _from_folder(
     )
     found.add_to(report)
     report.empty_classes += found.empty_classes
-    return FoundFiles(found.paths.to_list(), found.labels, found.classes or None, root)
+    read_root = None if allow_outside_root else os.path.realpath(root)
+    return FoundFiles(found.paths.to_list(), found.labels, found.classes or None, root, read_root)
 
 
 def probe_files(

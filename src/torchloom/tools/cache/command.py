@@ -10,6 +10,7 @@ from typing import Any
 from torchloom.cache import DecodedCache
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import TorchloomError
+from torchloom.io.files import lies_inside
 from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, add_data_arguments, positive_int
 
 
@@ -86,5 +87,4 @@ def is_within(path: str, folder: str) -> bool:
         >>> is_within("/data/train/cache", "/data/train"), is_within("/data/trainer", "/data/train")
         (True, False)
     """
-    resolved, root = os.path.realpath(path), os.path.realpath(folder)
-    return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
+    return lies_inside(os.path.realpath(path), os.path.realpath(folder))

@@ -39,6 +39,7 @@ import pyarrow.parquet as pa_parquet
 
 from torchloom.datasets.discovery import Exclusion, find_tree
 from torchloom.errors import ConfigError
+from torchloom.io.files import lies_inside
 from torchloom.tools.doctor.duplicates import duplicate_groups
 from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
 from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
@@ -90,12 +91,12 @@ def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
     ``out``'s split folders would delete, and (when ``materializing``) split folders in ``out``
     that prepare did not make."""
     real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
-    if _inside(real_out, real_raw):
+    if lies_inside(real_out, real_raw):
         raise ConfigError(
             f"--out {out!r} is inside RAW {raw!r}; prepare never writes into RAW, choose another folder"
         )
     for name in (*SPLIT_NAMES, STAGING_FOLDER):
-        if _inside(real_raw, os.path.join(real_out, name)):
+        if lies_inside(real_raw, os.path.join(real_out, name)):
             raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
     ours = os.path.exists(os.path.join(out, f"{MANIFEST_STEM}.csv"))
     for name in SPLIT_NAMES if materializing else ():
@@ -283,6 +284,3 @@ def _atomic(path: str, write: Callable[[str], None]) -> None:
         if os.path.exists(temporary):
             os.remove(temporary)
 
-
-def _inside(path: str, root: str) -> bool:
-    return os.path.commonpath([path, root]) == root
