@@ -9,9 +9,9 @@ Example:
     >>> from torchloom.datasets.index import StringColumn
     >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg")
     >>> _ = open(path, "wb").write(b"1234")
-    >>> before = InputStats.of(StringColumn.from_strings([path]), workers=1)
+    >>> before = InputStats.of(StringColumn.from_strings([path]), num_threads=1)
     >>> _ = open(path, "ab").write(b"5")
-    >>> print(InputStats.of(before.paths, workers=1).changes_since(before, os.path.dirname(path)))
+    >>> print(InputStats.of(before.paths, num_threads=1).changes_since(before, os.path.dirname(path)))
     1 file changed since the cache was built (e.g. 'a.jpg': size 4 -> 5)
 """
 
@@ -50,7 +50,7 @@ class InputStats:
     mtimes: np.ndarray
 
     @classmethod
-    def of(cls, paths: StringColumn, *, workers: int | None = None) -> InputStats:
+    def of(cls, paths: StringColumn, *, num_threads: int | None = None) -> InputStats:
         """Stat every path (made absolute) in threads; a missing file gets size and mtime ``-1``."""
         absolute = StringColumn.from_strings(os.path.abspath(path) for path in paths.to_list())
         count = len(absolute)
@@ -65,7 +65,7 @@ class InputStats:
                     continue
                 sizes[i], mtimes[i] = result.st_size, result.st_mtime_ns
 
-        with ThreadPoolExecutor(max_workers=workers or min(32, 4 * (os.cpu_count() or 1))) as pool:
+        with ThreadPoolExecutor(max_workers=num_threads or min(32, 4 * (os.cpu_count() or 1))) as pool:
             list(pool.map(stat_range, range(0, count, STAT_CHUNK)))
         return cls(absolute, sizes, mtimes)
 

@@ -117,7 +117,7 @@ def prepare_dataset(
     seed: int = 0,
     materialize_mode: MaterializeMode | None = None,
     group_duplicates: bool = False,
-    workers: int | None = None,
+    num_threads: int | None = None,
     progress: bool = False,
 ) -> PrepareResult:
     """Label, check, split and write (see the module docstring); give ``label_entries`` (from
@@ -132,7 +132,7 @@ def prepare_dataset(
     else:
         labelling = label_by_rules(files, rules or ())
     bar = partial(Output().progress, description="checking and hashing") if progress else None
-    checks = check_files(found.paths.to_list(), workers=workers, progress=bar)
+    checks = check_files(found.paths.to_list(), num_threads=num_threads, progress=bar)
     refused = [(found.relative(item.path), item.text) for item in found.refused]
     problems = _problems(labelling, refused, files, checks)
     rows = [
@@ -148,7 +148,8 @@ def prepare_dataset(
         for label in classes:
             check_folder_name(label, "label")
     # Groups come sorted, ordered by their first member (see duplicate_groups).
-    groups = duplicate_groups([found.paths[i] for i in rows], workers=workers) if group_duplicates else []
+    kept = [found.paths[i] for i in rows]
+    groups = duplicate_groups(kept, num_threads=num_threads) if group_duplicates else []
     unit_of, group_of = _units(len(paths), groups)
     problems["duplicate label conflict"] = _label_conflicts(groups, paths, labels)
     representative = {
