@@ -1,6 +1,6 @@
 """``torchloom doctor`` against the bare decode limit and against cleanvision, on the same files.
 
-- doctor: ``diagnose(root, workers=2)`` end to end (scan, read, hash, decode, perceptual hash,
+- doctor: ``diagnose(root, num_threads=2)`` end to end (scan, read, hash, decode, perceptual hash,
   quality scores, duplicate search, report; no plots), files/s;
 - bare limit: the same files read and fully decoded by simplejpeg in a tight loop on 2 threads
   (32 files a task, as doctor hands them out);
@@ -72,7 +72,7 @@ def _examine_processes(paths: list[str]) -> None:
 
 
 def _examine_one_thread(paths: list[str]) -> int:
-    return len(examine_files(paths, workers=1).paths)
+    return len(examine_files(paths, num_threads=1).paths)
 
 
 def _cleanvision(root: str) -> float | None:
@@ -137,11 +137,11 @@ def doctor_section(quick: bool) -> str:
             rounds,
             {
                 "bare": lambda: _bare(paths),
-                "doctor": lambda: diagnose(root, workers=2),
-                "two": lambda: examine_files(paths, workers=2),
+                "doctor": lambda: diagnose(root, num_threads=2),
+                "two": lambda: examine_files(paths, num_threads=2),
             },
         )
-        best["one"] = _best(1, lambda: examine_files(paths, workers=1))
+        best["one"] = _best(1, lambda: examine_files(paths, num_threads=1))
         best["proc"] = _best(1, lambda: _examine_processes(paths))
         cleanvision = None if quick else _cleanvision(root)
     rate = {name: count / seconds for name, seconds in best.items()}
@@ -149,7 +149,7 @@ def doctor_section(quick: bool) -> str:
     cv_rate = count / cleanvision if cleanvision else None
     rows = [
         {"run": "bare limit: read + simplejpeg full decode, 2 threads", "files/s": f"{rate['bare']:,.0f}"},
-        {"run": "doctor end to end (diagnose, workers=2, no plots)", "files/s": f"{rate['doctor']:,.0f}"},
+        {"run": "doctor end to end (diagnose, num_threads=2, no plots)", "files/s": f"{rate['doctor']:,.0f}"},
         {"run": "examine only, 1 thread", "files/s": f"{rate['one']:,.0f}"},
         {"run": "examine only, 2 threads", "files/s": f"{rate['two']:,.0f}"},
         {"run": "examine only, 2 processes", "files/s": f"{rate['proc']:,.0f}"},

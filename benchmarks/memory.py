@@ -151,7 +151,7 @@ def run_memory(rows: int = ROWS) -> tuple[MemoryResult, MemoryResult, MemoryResu
         path = make_manifest(folder, rows)
         ours = ManifestDataset(
             path,
-            fields=[Label("defect"), Numeric(["age", "weight"]), Text("path", key="file"), Text("title")],
+            fields=[Label("defect"), Numeric(["age", "weight"]), Text("path", name="file"), Text("title")],
             validate="none",
             progress=False,
         )

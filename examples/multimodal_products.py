@@ -24,7 +24,7 @@ import simplejpeg
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.datasets import Key
+from torchloom.datasets import JoinKey
 from torchloom.fusion import JoinedDataset
 from torchloom.testing import synthetic_image
 
@@ -81,7 +81,7 @@ def build_loader(
 ) -> tuple[JoinedDataset, DataLoader[Any]]:
     photos = tl.ManifestDataset(
         os.path.join(root, "photos.csv"),
-        fields=[Key("id"), tl.Image("photo"), tl.Label("category", classes=list(CATEGORIES))],
+        fields=[JoinKey("id"), tl.Image("photo"), tl.Label("category", classes=list(CATEGORIES))],
         progress=False,
     )
     joined = JoinedDataset(

@@ -69,7 +69,7 @@ def test_reserved_field_keys_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="reserved"):
         ManifestDataset(root / "m.csv", fields=[Image("file"), Text("path")], progress=False)
     dataset = ManifestDataset(
-        root / "m.csv", fields=[Image("file"), Text("path", key="origin")], progress=False
+        root / "m.csv", fields=[Image("file"), Text("path", name="origin")], progress=False
     )
     assert dataset[0]["origin"] == "x" and dataset[0]["path"].endswith("a.jpg")
 

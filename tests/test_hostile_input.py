@@ -271,7 +271,7 @@ def test_joined_dataset_builds_when_a_first_sample_is_corrupt(tmp_path: Path, nu
     images = ManifestDataset(
         pa.table({"image": [f"{i}.jpg" for i in range(4)], "id": [0, 1, 2, 3]}),
         root=root,
-        fields=[Image("image"), Label("id", key="id")],
+        fields=[Image("image"), Label("id", name="id")],
         validate="none",
         on_error="skip",
         progress=False,

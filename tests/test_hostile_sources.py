@@ -198,7 +198,7 @@ def test_volume_pickled_member_is_refused_unread(tmp_path: Path) -> None:
 def test_volume_missing_member_lists_members(tmp_path: Path) -> None:
     np.savez(tmp_path / "m.npz", a=np.zeros((2, 2, 2)), b=np.zeros(3))
     with pytest.raises(DecodeError, match=r"\['a.npy', 'b.npy'\]"):
-        probe_volume(tmp_path / "m.npz", key="zz")
+        probe_volume(tmp_path / "m.npz", array="zz")
 
 
 def test_volume_byte_order_and_fortran_layout_read_right(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.datasets import Key
+from torchloom.datasets import JoinKey
 from torchloom.fusion import JoinedDataset
 from torchloom.testing import write_class_folders
 
@@ -19,7 +19,7 @@ def main() -> None:
         photos = pa.table({"photo": files, "defect": ["scratch", "ok"]})
         pq.write_table(photos, f"{root}/photos.parquet")
 
-        fields = [Key("photo", key="sku"), tl.Image("photo"), tl.Label("defect")]
+        fields = [JoinKey("photo", name="sku"), tl.Image("photo"), tl.Label("defect")]
         images = tl.ManifestDataset(f"{root}/photos.parquet", fields=fields, progress=False)
         prices = pa.table({"sku": files[::-1], "price": [4.5, 2.0]})  # in another order
         titles = pa.table({"sku": files[:1], "tokens": [[17, 4, 9]]})  # the second product has none

@@ -10,9 +10,9 @@ from torchloom.testing import write_class_folders
 from torchloom.transforms import Compose, HorizontalFlip, RandomResizedCrop
 
 
-def images(dataset: tl.FolderDataset, epoch: int, workers: int) -> torch.Tensor:
+def images(dataset: tl.FolderDataset, epoch: int, num_workers: int) -> torch.Tensor:
     keys = [tl.SampleKey(index, epoch=epoch) for index in range(len(dataset))]  # any iterable of keys
-    loader = DataLoader(dataset, sampler=keys, batch_size=8, num_workers=workers, collate_fn=tl.collate)
+    loader = DataLoader(dataset, sampler=keys, batch_size=8, num_workers=num_workers, collate_fn=tl.collate)
     return torch.cat([batch["image"] for batch in loader])
 
 
@@ -21,8 +21,8 @@ def main() -> None:
         write_class_folders(root, [8, 8], size=(64, 64), progress=False)
         augment = Compose([RandomResizedCrop(32), HorizontalFlip()])
         dataset = tl.FolderDataset(root, transform=augment, seed=0, progress=False)
-        same_for_workers = torch.equal(images(dataset, 3, workers=0), images(dataset, 3, workers=2))
-        new_each_epoch = not torch.equal(images(dataset, 3, workers=0), images(dataset, 4, workers=0))
+        same_for_workers = torch.equal(images(dataset, 3, num_workers=0), images(dataset, 3, num_workers=2))
+        new_each_epoch = not torch.equal(images(dataset, 3, num_workers=0), images(dataset, 4, num_workers=0))
         print(same_for_workers, new_each_epoch)  # True True
 
 

@@ -113,8 +113,8 @@ def png_manifest(tmp_path: Path) -> Path:
     return manifest
 
 
-def manifest_dataset(manifest: Path, key: str = "image", **kwargs: Any) -> ManifestDataset:
-    fields = [Image("file", key=key), Label("defect"), Numeric("size")]
+def manifest_dataset(manifest: Path, image_name: str = "image", **kwargs: Any) -> ManifestDataset:
+    fields = [Image("file", name=image_name), Label("defect"), Numeric("size")]
     return ManifestDataset(manifest, fields=fields, progress=False, **kwargs)
 
 
@@ -553,18 +553,19 @@ def test_configuration_errors_say_what_works(folders: Path, png_manifest: Path, 
     with pytest.raises(ValueError, match="location="):
         open_cache(dataset, tmp_path / "cache", location="ram")
     with pytest.raises(ValueError, match=r"pass fields=\('photo',\)"):
-        open_cache(manifest_dataset(png_manifest, key="photo"), tmp_path / "cache")
+        open_cache(manifest_dataset(png_manifest, image_name="photo"), tmp_path / "cache")
     with pytest.raises(ValueError, match=r"pass fields=\('image',\)"):
         open_cache(dataset, tmp_path / "cache", fields=("image", "label"))
     with pytest.raises(TypeError, match="FolderDataset or ManifestDataset"):
         open_cache([1, 2, 3], tmp_path / "cache")
-    renamed = open_cache(manifest_dataset(png_manifest, key="photo"), tmp_path / "m", fields=("photo",))
+    photos = manifest_dataset(png_manifest, image_name="photo")
+    renamed = open_cache(photos, tmp_path / "m", fields=("photo",))
     assert renamed.fields == ("photo",) and renamed[0]["photo"].shape == (3, 40, 56)
 
 
 def test_cli_builds_then_reuses(folders: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cache"
-    assert cli_main(["cache", str(folders), "--out", str(out), "--max-side", "32", "--workers", "2"]) == 0
+    assert cli_main(["cache", str(folders), "--out", str(out), "--max-side", "32", "--threads", "2"]) == 0
     printed = capsys.readouterr().out
     assert "cache built" in printed and "14 samples" in printed and "0 skipped" in printed
     assert "32x32x3" in printed

@@ -139,7 +139,7 @@ def test_the_walker_applies_every_rule(every_case: Path) -> None:
 def test_folder_dataset_doctor_and_prepare_agree_file_by_file(every_case: Path, tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="empty"):
         dataset = FolderDataset(every_case, progress=False)
-    doctor = diagnose(every_case, workers=1)
+    doctor = diagnose(every_case, num_threads=1)
     labels = [(path, label) for path, label in SAMPLES]
     prepared = prepare_dataset(
         str(every_case), str(tmp_path / "out"), label_entries=labels, fractions=(0.5, 0.5)
@@ -194,7 +194,7 @@ def test_an_unlistable_folder_is_refused_alike_everywhere(
     monkeypatch.setattr(os, "scandir", scandir)
     with pytest.warns(UserWarning):
         dataset = FolderDataset(every_case, validate="none", progress=False)
-    doctor = diagnose(every_case, workers=1)
+    doctor = diagnose(every_case, num_threads=1)
     tree = find_tree(every_case)
     for paths in (dataset.index.paths.to_list(), doctor.layout.paths.to_list(), tree.paths.to_list()):
         assert not [path for path in paths if path.startswith(nested)]

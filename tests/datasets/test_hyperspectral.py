@@ -113,7 +113,8 @@ def test_truncated_or_corrupt_hdf5_is_a_decode_error_naming_it(tmp_path: Path) -
 
 def test_without_h5py_the_error_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "h5py", None)
-    with pytest.raises(ImportError, match=r"pip install h5py \(or, in a torchloom clone, pip install -e '\.\[hdf5\]'\)"):
+    hint = r"pip install h5py \(or, in a torchloom clone, pip install -e '\.\[hdf5\]'\)"
+    with pytest.raises(ImportError, match=hint):
         require_h5py()
 
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
 from torchloom import FaultReport, Image, Label, ManifestDataset, Numeric, Text, collate
-from torchloom.errors import ManifestError, PathOutsideRootError, ValidationFailedError
+from torchloom.errors import FieldNotFoundError, ManifestError, PathOutsideRootError, ValidationFailedError
 
 ROWS = [
     {"file": "img/a 1.jpg", "defect": "scratch", "age": 3.0, "size": 1.5, "title": "划痕 零件"},
@@ -212,8 +212,27 @@ def test_bad_manifests(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="list of objects"):
         ManifestDataset(tmp_path / "bad.json", progress=False)
     (tmp_path / "m.csv").write_text("file,label\na.jpg,x\n")
-    with pytest.raises(ManifestError, match="share a key"):
+    with pytest.raises(ManifestError, match="share a name"):
         ManifestDataset(tmp_path / "m.csv", fields=[Label("file"), Label("label")], progress=False)
+
+
+def test_each_field_is_named_in_the_sample_by_its_name(manifest_root: Path) -> None:
+    path = _write(manifest_root, "m.csv", ROWS)
+    fields = [
+        Image("file", name="photo"),
+        Label("defect", name="target"),
+        Numeric(["age", "size"], name="features"),
+        Text("title", name="caption"),
+    ]
+    dataset = ManifestDataset(path, fields=fields, progress=False)
+    sample = dataset[0]
+    assert set(sample) == {"photo", "target", "features", "caption", "path", "index"}
+    assert dataset.image_field == "photo" and sample["photo"].shape == (3, 48, 64)
+    assert dataset.column("target").tolist() == dataset.targets.tolist() == [2, 1, 0, 1]
+    with pytest.raises(FieldNotFoundError, match="no field named 'label'"):
+        dataset.column("label")
+    with pytest.raises(ManifestError, match=r"reserved .*another name=, e\.g\. Text\('path', name="):
+        ManifestDataset(path, fields=[Image("file"), Text("title", name="path")], progress=False)
 
 
 def test_workers_and_skip_policy(manifest_root: Path) -> None:

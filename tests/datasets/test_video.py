@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from torchloom import FaultReport, SampleError, SampleKey, collate
+from torchloom.datasets import Manifest
 from torchloom.datasets.video import VideoClipDataset
 from torchloom.errors import DecodeError, TransformError, UnsafeFileError, ValidationFailedError
 from torchloom.io.video import frame_timestamps, probe_video, read_frames, require_av, slot_times
@@ -194,8 +195,8 @@ def test_short_clips_are_dropped_and_reported_with_drop(tmp_path: Path) -> None:
 def test_a_manifest_gives_paths_and_labels(clips: Path) -> None:
     table = pa.table({"path": ["jump/a.avi", "wave/c.mkv", "../escape.avi"], "label": ["up", "side", "up"]})
     with pytest.raises(Exception, match="outside root"):
-        VideoClipDataset(table, root=clips, frames=2, progress=False)
-    dataset = VideoClipDataset(table.slice(0, 2), root=clips, frames=2, progress=False)
+        VideoClipDataset(Manifest(table, root=clips), frames=2, progress=False)
+    dataset = VideoClipDataset(Manifest(table.slice(0, 2), root=clips), frames=2, progress=False)
     assert dataset.classes == ["side", "up"] and [dataset[i]["label"] for i in range(2)] == [1, 0]
     (clips.parent / "m.csv").write_text(f"path\n{clips.name}/jump/a.avi\n")
     unlabelled = VideoClipDataset(clips.parent / "m.csv", frames=2, progress=False)
@@ -270,7 +271,8 @@ def test_a_transform_bug_surfaces_even_under_skip(clips: Path) -> None:
 
 def test_missing_pyav_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "av", None)
-    with pytest.raises(ImportError, match=r"pip install av \(or, in a torchloom clone, pip install -e '\.\[video\]'\)"):
+    hint = r"pip install av \(or, in a torchloom clone, pip install -e '\.\[video\]'\)"
+    with pytest.raises(ImportError, match=hint):
         require_av()
 
 

@@ -8,14 +8,24 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 from torchloom import Collate, FaultReport, SampleError, SampleKey
 from torchloom.collate import CropOrPadVolumes
+from torchloom.datasets import Manifest
 from torchloom.datasets.volume import VolumeDataset, volume_tensor
-from torchloom.errors import DecodeError, EmptyDatasetError, UnsafeFileError, ValidationFailedError
+from torchloom.errors import (
+    DecodeError,
+    EmptyDatasetError,
+    PathOutsideRootError,
+    UnsafeFileError,
+    UsageError,
+    ValidationFailedError,
+)
 from torchloom.io.volume import probe_volume, read_volume
 
 
@@ -55,12 +65,12 @@ def test_stored_npz_member_is_memory_mapped_at_its_offset(tmp_path: Path) -> Non
     data, mask = volume((8, 16, 16), "float32"), volume((8, 16, 16), "uint8", seed=1)
     path = tmp_path / "case.npz"
     np.savez(path, image=data, mask=mask)
-    for key, expected in (("image", data), ("mask.npy", mask)):
-        array = read_volume(path, key=key)
+    for name, expected in (("image", data), ("mask.npy", mask)):
+        array = read_volume(path, array=name)
         assert is_memory_mapped(array)
         np.testing.assert_array_equal(array, expected)
     with open(path, "rb") as handle:  # the offset is where the bytes really are
-        header = probe_volume(path, key="image")
+        header = probe_volume(path, array="image")
         handle.seek(header.offset)
         assert handle.read(16) == data.tobytes()[:16]
 
@@ -118,12 +128,12 @@ def test_foreign_and_hostile_files_are_typed_errors(tmp_path: Path) -> None:
         ("text.npy", "not a .npy or .npz"),
         ("empty.npy", "empty"),
         ("objects.npy", "dtype object"),
-        ("two.npz", "pass key="),
+        ("two.npz", "pass array="),
     ):
         with pytest.raises(DecodeError, match=match):
             read_volume(tmp_path / name)
     with pytest.raises(DecodeError, match="no array 'c'"):
-        read_volume(tmp_path / "two.npz", key="c")
+        read_volume(tmp_path / "two.npz", array="c")
     os.mkfifo(tmp_path / "pipe.npy")
     with pytest.raises(UnsafeFileError, match="FIFO"):
         read_volume(tmp_path / "pipe.npy")
@@ -175,6 +185,43 @@ def test_dataset_from_a_manifest_and_from_paths(tmp_path: Path) -> None:
     assert "row 2" in dataset.report.invalid[0][0]
     unlabelled = VolumeDataset([tmp_path / "b.npy"], progress=False)
     assert "label" not in unlabelled[0] and tuple(unlabelled[0]["volume"].shape) == (2, 5, 4, 4)
+
+
+def test_a_manifest_source_names_its_columns_and_root(tmp_path: Path) -> None:
+    scans = tmp_path / "scans"
+    scans.mkdir()
+    np.savez(scans / "a.npz", ct=volume((3, 4, 4)), mask=volume((3, 4, 4), "uint8"))
+    np.savez(scans / "b.npz", ct=volume((5, 4, 4)), mask=volume((5, 4, 4), "uint8"))
+    table = pa.table({"file": ["a.npz", "b.npz", "../c.npz"], "organ": ["liver", "lung", "liver"]})
+    with pytest.raises(PathOutsideRootError, match="row 2"):
+        VolumeDataset(Manifest(table, path_column="file", label_column="organ", root=scans), progress=False)
+    dataset = VolumeDataset(
+        Manifest(table.slice(0, 2), path_column="file", label_column="organ", root=scans),
+        array="ct",
+        progress=False,
+    )
+    assert dataset.classes == ["liver", "lung"] and [dataset[i]["label"] for i in range(2)] == [0, 1]
+    assert dataset.shapes[:, 1].tolist() == [3, 5]
+    pq.write_table(pa.table({"path": ["scans/b.npz"]}), tmp_path / "m.parquet")  # the default columns
+    unlabelled = VolumeDataset(tmp_path / "m.parquet", array="mask", progress=False)
+    assert unlabelled.classes is None and unlabelled[0]["volume"].dtype == torch.uint8
+    with pytest.raises(UsageError, match=r"Manifest\(table, root=\.\.\.\)"):
+        VolumeDataset(table, progress=False)  # type: ignore[arg-type]
+
+
+def test_full_validation_reads_every_volume_and_leaves_out_what_does_not_inflate(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", volume((4, 8, 8)))
+    np.savez_compressed(tmp_path / "b.npz", volume((8, 32, 32)))
+    with zipfile.ZipFile(tmp_path / "b.npz") as archive:
+        member = archive.infolist()[0]
+    raw = bytearray((tmp_path / "b.npz").read_bytes())
+    data_end = member.header_offset + 30 + len(member.filename) + len(member.extra) + member.compress_size
+    raw[data_end - 200 : data_end - 150] = bytes(50)  # the header inflates; the end of the data does not
+    (tmp_path / "b.npz").write_bytes(bytes(raw))
+    assert len(VolumeDataset(tmp_path, progress=False)) == 2  # the header alone looks fine
+    checked = VolumeDataset(tmp_path, validate="full", progress=False)
+    assert [os.path.basename(path) for path in checked.index.paths.to_list()] == ["a.npy"]
+    assert "does not inflate" in dict(checked.report.invalid)[str(tmp_path / "b.npz")]
 
 
 def test_invalid_files_are_excluded_and_reported_or_raise_when_strict(tmp_path: Path) -> None:

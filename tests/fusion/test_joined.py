@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
 from torchloom import Collate, Image, Label, ManifestDataset, PadImages, SampleKey, TableDataset
-from torchloom.datasets import Key
+from torchloom.datasets import JoinKey
 from torchloom.errors import JoinError
 from torchloom.fusion import JoinedDataset
 
@@ -28,7 +28,7 @@ def photos(tmp_path: Path) -> ManifestDataset:
         "id,file,kind\n10,10.jpg,bolt\n11,11.jpg,nut\n12,12.jpg,bolt\n13,13.jpg,nut\n"
     )
     return ManifestDataset(
-        tmp_path / "photos.csv", fields=[Key("id"), Image("file"), Label("kind")], progress=False
+        tmp_path / "photos.csv", fields=[JoinKey("id"), Image("file"), Label("kind")], progress=False
     )
 
 
@@ -47,6 +47,29 @@ def test_inner_join_keeps_keys_in_every_source_in_reference_order(photos: Manife
         "keys of 'photo' missing from 'prices'": 1,
     }
     assert joined.report.examples["keys of 'photo' missing from 'prices'"] == [11]
+
+
+def test_a_join_key_field_gives_the_ids_under_its_name(tmp_path: Path) -> None:
+    write_jpeg(tmp_path / "7.jpg")
+    (tmp_path / "photos.csv").write_text("photo,kind\n7.jpg,bolt\n")
+    photos = ManifestDataset(
+        tmp_path / "photos.csv", fields=[JoinKey("photo", name="sku"), Image("photo")], progress=False
+    )
+    prices = pa.table({"sku": ["7.jpg"], "price": [2.5]})
+    joined = JoinedDataset({"photo": photos, "prices": prices}, on="sku")
+    assert len(joined) == 1 and joined[0]["sku"] == "7.jpg" and joined[0]["price"] == 2.5
+    with pytest.raises(JoinError, match=r"a JoinKey\('id'\) field"):
+        JoinedDataset({"photo": _Unlisted(), "prices": PRICES}, on="id")
+
+
+class _Unlisted(torch.utils.data.Dataset[dict[str, int]]):
+    """A dataset that cannot list its keys."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> dict[str, int]:
+        return {"id": index}
 
 
 def test_left_join_drop_and_mask(photos: ManifestDataset) -> None:

@@ -27,6 +27,7 @@ from torchloom.io.files import (
     _read_all,
     backend_for,
     file_info,
+    lies_inside,
     open_file,
     read_bytes,
     read_range,
@@ -213,6 +214,16 @@ def test_a_symlink_swapped_between_validation_and_open_is_refused(
     swap_before_open(monkeypatch, link, point_link(link, secret))
     with pytest.raises(UnsafeFileError, match="outside the dataset root"):
         read_bytes(link, inside=root)
+
+
+def test_lies_inside_is_the_one_confinement_rule() -> None:
+    """The rule the file layer, the walker, manifest fields, prepare and cache all apply."""
+    assert lies_inside("/data/train", "/data/train")
+    assert lies_inside("/data/train/cat/1.jpg", "/data/train")
+    assert lies_inside("/data/train/cat/1.jpg", "/data/train/")
+    assert lies_inside("/etc/passwd", "/")
+    assert not lies_inside("/data/trainer/1.jpg", "/data/train")
+    assert not lies_inside("/data", "/data/train")
 
 
 def test_without_proc_a_file_swapped_back_after_the_open_is_refused(

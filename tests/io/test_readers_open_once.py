@@ -15,8 +15,9 @@ import pytest
 from PIL import Image as PILImage
 
 from conftest import point_link, swap_before_open, write_jpeg
-from torchloom import Image, ManifestDataset
-from torchloom.errors import UnsafeFileError
+from torchloom import FolderDataset, Image, ManifestDataset
+from torchloom.datasets import VolumeDataset
+from torchloom.errors import SampleError, UnsafeFileError
 from torchloom.io.hdf5 import Hdf5Cube, open_hdf5, read_hdf5_array
 from torchloom.io.image import probe_file
 from torchloom.io.table import read_table
@@ -40,6 +41,39 @@ def test_a_dataset_refuses_a_symlink_swapped_in_just_before_its_read(
     )
     with pytest.raises(UnsafeFileError, match="outside the dataset root"):
         dataset.read_file(dataset.index.paths[0])
+
+
+def test_a_folder_dataset_confines_its_reads_to_the_real_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    write_jpeg(root / "cat" / "a.jpg")
+    write_jpeg(tmp_path / "secret.jpg", seed=9)
+    (root / "cat" / "b.jpg").symlink_to(root / "cat" / "a.jpg")
+    dataset = FolderDataset(root, progress=False)
+    link = next(path for path in dataset.index.paths.to_list() if path.endswith("b.jpg"))
+    swap_before_open(monkeypatch, Path(link), point_link(root / "cat" / "b.jpg", tmp_path / "secret.jpg"))
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        dataset.read_file(link)
+    monkeypatch.undo()
+    trusting = FolderDataset(root, allow_outside_root=True, progress=False)
+    assert trusting.read_root is None
+
+
+def test_a_volume_folder_source_confines_its_reads_to_the_real_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    np.save(root / "v.npy", np.zeros((2, 2, 2), np.uint8))
+    np.save(tmp_path / "secret.npy", np.ones((2, 2, 2), np.uint8))
+    (root / "w.npy").symlink_to(root / "v.npy")
+    volumes = VolumeDataset(root, progress=False)
+    position = [os.path.basename(path) for path in volumes.index.paths.to_list()].index("w.npy")
+    swap_before_open(monkeypatch, root / "w.npy", point_link(root / "w.npy", tmp_path / "secret.npy"))
+    with pytest.raises(SampleError) as caught:
+        volumes[position]
+    assert isinstance(caught.value.__cause__, UnsafeFileError)
 
 
 def test_volume_and_png_probe_reads_are_confined_at_the_open(

@@ -89,7 +89,7 @@ def test_cli_finds_every_planted_fault_and_nothing_else(
 ) -> None:
     root, faults = planted
     out = tmp_path / "report"
-    result = _doctor(str(root), "--json", "--out", str(out), "--workers", "2")
+    result = _doctor(str(root), "--json", "--out", str(out), "--threads", "2")
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
     assert validate(document, REPORT_SCHEMA) == []
@@ -151,7 +151,7 @@ def test_diagnose_api_and_manifest_layout(tmp_path: Path) -> None:
     (tmp_path / "img" / "dup.jpg").write_bytes((tmp_path / "img" / "0.jpg").read_bytes())
     rows.append("img/dup.jpg,dog,train")
     (tmp_path / "m.csv").write_text("\n".join(rows) + "\n")
-    report = diagnose(tmp_path / "m.csv", workers=1)
+    report = diagnose(tmp_path / "m.csv", num_threads=1)
     assert report.document["data"]["layout"] == "manifest"
     assert report.document["classes"]["counts"] == {
         "train": {"cat": 1, "dog": 3},
@@ -164,7 +164,7 @@ def test_diagnose_api_and_manifest_layout(tmp_path: Path) -> None:
     assert (out / "duplicates" / "pair_000.png").exists()
     (tmp_path / "img" / "dup.jpg").unlink()  # fixed: a rerun leaves no picture of the old pair
     (tmp_path / "m.csv").write_text("\n".join(rows[:-1]) + "\n")
-    diagnose(tmp_path / "m.csv", workers=1).write(str(out))
+    diagnose(tmp_path / "m.csv", num_threads=1).write(str(out))
     assert not list((out / "duplicates").glob("*.png")) and (out / "classes.png").exists()
 
 
@@ -243,7 +243,7 @@ def test_chunked_examination_matches_the_one_image_functions(tmp_path: Path) -> 
         paths.append(str(path))
     (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 50)
     paths.append(str(tmp_path / "broken.jpg"))
-    facts = examine_files(paths, workers=2)
+    facts = examine_files(paths, num_threads=2)
     assert not facts.readable[-1]
     for row, path in enumerate(paths[:-1]):
         full = read_image(path)

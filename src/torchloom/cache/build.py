@@ -55,13 +55,13 @@ def build_cache(
     settings: dict[str, Any],
     inputs: InputStats,
     max_side: int | None,
-    workers: int | None,
+    num_threads: int | None,
     progress: bool,
 ) -> dict[str, Any]:
     """Decode every sample of ``source`` into the empty ``folder``; return the cache's metadata."""
     paths = source.index.paths
     count = len(paths)
-    workers = workers or os.cpu_count() or 1
+    num_threads = num_threads or os.cpu_count() or 1
     name = source.fault_name
     failures: dict[int, Skipped] = {}
     shapes = np.zeros((count, CHANNELS), np.int32)
@@ -73,7 +73,7 @@ def build_cache(
         else:
             shapes[i] = result
 
-    _run_parallel(range(count), probe, workers, progress, "reading image headers")
+    _run_parallel(range(count), probe, num_threads, progress, "reading image headers")
     _check_some_usable(failures, count, name, "read")
     writer = ImageWriter(folder, shapes)
 
@@ -86,7 +86,7 @@ def build_cache(
             failures[i] = result
 
     todo = [i for i in range(count) if i not in failures]
-    _run_parallel(todo, decode, workers, progress, f"decoding into {os.path.basename(folder)}")
+    _run_parallel(todo, decode, num_threads, progress, f"decoding into {os.path.basename(folder)}")
     files = writer.close()
     _check_some_usable(failures, count, name, "decoded")
     inputs.save(os.path.join(folder, INPUTS_FILE))
@@ -159,12 +159,12 @@ def _decode(
 
 
 def _run_parallel(
-    indices: Sequence[int], task: Callable[[int], None], workers: int, progress: bool, description: str
+    indices: Sequence[int], task: Callable[[int], None], num_threads: int, progress: bool, description: str
 ) -> None:
     """Run ``task(i)`` for every index in threads, in chunks, with a progress bar."""
     if not indices:
         return
-    chunk = max(1, min(MAX_CHUNK, len(indices) // (4 * workers)))
+    chunk = max(1, min(MAX_CHUNK, len(indices) // (4 * num_threads)))
     parts = [indices[start : start + chunk] for start in range(0, len(indices), chunk)]
 
     def run(part: Sequence[int]) -> int:
@@ -173,7 +173,7 @@ def _run_parallel(
         return len(part)
 
     with (
-        ThreadPoolExecutor(max_workers=workers) as pool,
+        ThreadPoolExecutor(max_workers=num_threads) as pool,
         tqdm(total=len(indices), desc=description, unit="img", disable=not progress, leave=False) as bar,
     ):
         futures = [pool.submit(run, part) for part in parts]

@@ -105,7 +105,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             cache reads of it is :class:`torchloom.datasets.contract.CacheableDataset`).
         path: the cache folder (created; its parent holds the lock file and temporary folders).
         fields: the sample fields to cache: the dataset's image field (``"image"`` unless a
-            manifest's ``Image`` field has another ``key=``).
+            manifest's ``Image`` field has another ``name=``).
         max_side: shrink images whose longer side is longer than this (e.g. 1080p sources
             trained at 224 px); ``None`` keeps them as decoded.
         location: ``"disk"`` maps the folder's files; ``"memory"`` copies them into ``/dev/shm``
@@ -113,7 +113,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             garbage-collected, or the process exits: keep it open while loaders read it.
         rebuild: rebuild a stale or damaged cache (with a warning) instead of raising.
         verify: check every byte's checksum on open instead of sampled blocks.
-        workers: threads that decode (default: one per CPU).
+        num_threads: threads that decode (default: one per CPU).
         progress: show progress bars while building.
 
     Example:
@@ -140,7 +140,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         location: Location = "disk",
         rebuild: bool = True,
         verify: bool = False,
-        workers: int | None = None,
+        num_threads: int | None = None,
         progress: bool = True,
     ) -> None:
         if not isinstance(dataset, CacheableDataset):
@@ -151,8 +151,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         check_choice("location", location, LOCATIONS)
         if max_side is not None and (type(max_side) is not int or max_side < 1):
             raise ConfigError(f"max_side must be a positive int or None, got {max_side=}")
-        if workers is not None and workers < 1:
-            raise ConfigError(f"workers must be >= 1 or None, got {workers=}")
+        if num_threads is not None and num_threads < 1:
+            raise ConfigError(f"num_threads must be >= 1 or None, got {num_threads=}")
         self.source = dataset
         # A symbolic link to a folder is resolved: the cache is built beside the folder it names and
         # renamed onto it there (the link stays as it is, pointing at the new cache).
@@ -167,9 +167,9 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         self.fields = (_image_field(dataset, fields),)
         self._settings = settings_of(self.fields[0], max_side, dataset.exif_orientation, dataset.max_pixels)
         self._shared: SharedCopy | None = None
-        inputs = InputStats.of(dataset.index.paths, workers=workers)
+        inputs = InputStats.of(dataset.index.paths, num_threads=num_threads)
         built, reason = self._open_or_build(
-            inputs, rebuild=rebuild, verify=verify, workers=workers, progress=progress
+            inputs, rebuild=rebuild, verify=verify, num_threads=num_threads, progress=progress
         )
         self._failures = {int(record["index"]): record for record in self.meta["skipped"]}
         self.report = CacheReport(
@@ -185,7 +185,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
     # -- opening ---------------------------------------------------------------------------------
 
     def _open_or_build(
-        self, inputs: InputStats, *, rebuild: bool, verify: bool, workers: int | None, progress: bool
+        self, inputs: InputStats, *, rebuild: bool, verify: bool, num_threads: int | None, progress: bool
     ) -> tuple[bool, str | None]:
         with cache_lock(self.path, exclusive=False):
             found = self._inspect(inputs, verify)
@@ -215,7 +215,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
                     settings=self._settings,
                     inputs=inputs,
                     max_side=self.max_side,
-                    workers=workers,
+                    num_threads=num_threads,
                     progress=progress,
                 )
                 replace_folder(staging, self.path)
@@ -392,13 +392,13 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
 
 
 def _image_field(dataset: CacheableDataset, fields: Sequence[str]) -> str:
-    """The key of ``dataset``'s image field, checked against ``fields``."""
-    key = dataset.image_key  # "image", unless a ManifestDataset's Image field has another key=
-    if key is None or not len(dataset.index.paths):
+    """The name of ``dataset``'s image field, checked against ``fields``."""
+    name = dataset.image_field  # "image", unless a ManifestDataset's Image field has another name=
+    if name is None or not len(dataset.index.paths):
         raise ConfigError(f"{dataset!r} has no image field: there is nothing to decode and cache")
-    if isinstance(fields, str) or tuple(fields) != (key,):
+    if isinstance(fields, str) or tuple(fields) != (name,):
         raise ConfigError(
-            f"fields={fields!r}: DecodedCache caches the dataset's image field, {key!r} (other fields are "
-            f"read from the dataset's index, already in memory); pass fields=({key!r},)"
+            f"fields={fields!r}: DecodedCache caches the dataset's image field, {name!r} (other fields are "
+            f"read from the dataset's index, already in memory); pass fields=({name!r},)"
         )
-    return str(key)
+    return str(name)

@@ -9,9 +9,9 @@ Example:
     >>> from torchloom.datasets.index import StringColumn
     >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg")
     >>> _ = open(path, "wb").write(b"1234")
-    >>> before = InputStats.of(StringColumn.from_strings([path]), workers=1)
+    >>> before = InputStats.of(StringColumn.from_strings([path]), num_threads=1)
     >>> _ = open(path, "ab").write(b"5")
-    >>> print(InputStats.of(before.paths, workers=1).changes_since(before, os.path.dirname(path)))
+    >>> print(InputStats.of(before.paths, num_threads=1).changes_since(before, os.path.dirname(path)))
     1 file changed since the cache was built (e.g. 'a.jpg': size 4 -> 5)
 """
 
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.index import StringColumn
+from torchloom.io.files import lies_inside
 
 #: Version of the cache's on-disk format; a cache of an older version is rebuilt.
 FORMAT_VERSION = 1
@@ -49,7 +50,7 @@ class InputStats:
     mtimes: np.ndarray
 
     @classmethod
-    def of(cls, paths: StringColumn, *, workers: int | None = None) -> InputStats:
+    def of(cls, paths: StringColumn, *, num_threads: int | None = None) -> InputStats:
         """Stat every path (made absolute) in threads; a missing file gets size and mtime ``-1``."""
         absolute = StringColumn.from_strings(os.path.abspath(path) for path in paths.to_list())
         count = len(absolute)
@@ -64,7 +65,7 @@ class InputStats:
                     continue
                 sizes[i], mtimes[i] = result.st_size, result.st_mtime_ns
 
-        with ThreadPoolExecutor(max_workers=workers or min(32, 4 * (os.cpu_count() or 1))) as pool:
+        with ThreadPoolExecutor(max_workers=num_threads or min(32, 4 * (os.cpu_count() or 1))) as pool:
             list(pool.map(stat_range, range(0, count, STAT_CHUNK)))
         return cls(absolute, sizes, mtimes)
 
@@ -94,7 +95,9 @@ class InputStats:
         """What changed since ``built`` (paths shown relative to ``root``), or ``None``."""
 
         def name(path: str) -> str:
-            return repr(os.path.relpath(path, root) if root and _inside(path, root) else path)
+            if root and os.path.isabs(path) and lies_inside(os.path.normpath(path), os.path.abspath(root)):
+                return repr(os.path.relpath(path, root))
+            return repr(path)
 
         if not _same_paths(self.paths, built.paths):
             return _describe_file_list_change(built.paths, self.paths, name)
@@ -135,12 +138,6 @@ def settings_changes(built: dict[str, Any], wanted: dict[str, Any]) -> str | Non
 def _same_paths(a: StringColumn, b: StringColumn) -> bool:
     return np.array_equal(a.offsets, b.offsets) and np.array_equal(a.data, b.data)
 
-
-def _inside(path: str, root: str) -> bool:
-    try:
-        return os.path.commonpath([path, os.path.abspath(root)]) == os.path.abspath(root)
-    except ValueError:  # different drives
-        return False
 
 
 def _describe_file_list_change(built: StringColumn, now: StringColumn, name: Callable[[str], str]) -> str:

@@ -2,12 +2,14 @@
 
 from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, Discovery, find_samples
-from torchloom.datasets.fields import Image, Key, Label, Numeric, Text
+from torchloom.datasets.fields import Image, JoinKey, Label, Numeric, Text
 from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
 from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
 from torchloom.datasets.manifest import ManifestDataset
 from torchloom.datasets.mixed import MixedDataset
+from torchloom.datasets.options import IndexingOptions, SampleOptions
+from torchloom.datasets.sources import Manifest
 from torchloom.datasets.spatial_split import spatial_block_split
 from torchloom.datasets.table import TableDataset
 from torchloom.datasets.video import VIDEO_EXTENSIONS, VideoClipDataset
@@ -26,12 +28,15 @@ __all__ = [
     "FolderDataset",
     "HyperspectralDataset",
     "Image",
-    "Key",
+    "IndexingOptions",
+    "JoinKey",
     "Label",
+    "Manifest",
     "ManifestDataset",
     "MixedDataset",
     "Numeric",
     "SampleIndex",
+    "SampleOptions",
     "StringColumn",
     "TableDataset",
     "Text",

@@ -19,12 +19,13 @@ from torchloom._buffers.slots import BatchSlots
 from torchloom._buffers.worker import WorkerBatchPool
 from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto, Slot
 from torchloom.datasets.index import SampleIndex
-from torchloom.errors import ConfigError, SampleError, SampleIndexError, UsageError
+from torchloom.datasets.options import SampleSettings
+from torchloom.errors import SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_image_bytes
 from torchloom.seeding import SampleKey, rng_for_key, sample_rngs
 from torchloom.timing import StageClock
-from torchloom.transforms.base import Transform, check_transform, plan_transform
+from torchloom.transforms.base import Transform, plan_transform
 from torchloom.transforms.tensor import to_chw_tensor, write_chw
 
 logger = logging.getLogger("torchloom")
@@ -36,7 +37,9 @@ DEBUG_LOGGED_SAMPLES = 3
 class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatches, CacheableDataset):
     """Base of datasets backed by a :class:`SampleIndex`; subclasses implement ``_load``.
 
-    Accepts ``int`` and :class:`torchloom.SampleKey` keys; applies the fault policy; with
+    Takes its :class:`~torchloom.datasets.SampleOptions` checked (``settings``, from
+    :func:`~torchloom.datasets.options.sample_settings`, which a subclass calls before it builds its
+    index). Accepts ``int`` and :class:`torchloom.SampleKey` keys; applies the fault policy; with
     ``debug=True`` logs the first samples and checks that every sample has the same keys,
     dtypes and dimensions. It keeps the contract of :mod:`torchloom.datasets.contract`: batches into
     the Loader's buffers, and what a :class:`~torchloom.cache.DecodedCache` reads.
@@ -44,28 +47,22 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBa
 
     #: The folder the sample paths are relative to, when there is one (subclasses set it).
     root: str | None = None
-    #: The key of the sample's image field (a manifest names its own; ``None``: no image).
-    image_key: str | None = "image"
+    #: The name of the sample's image field (a manifest names its own; ``None``: no image).
+    image_field: str | None = "image"
 
     def __init__(
         self,
         index: SampleIndex,
+        settings: SampleSettings,
         *,
-        transform: Transform | None,
-        on_error: str | FaultPolicy,
-        seed: int,
-        debug: bool,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         exif_orientation: bool = True,
     ) -> None:
-        if seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {seed=}")
-        check_transform(transform)
         self.index = index
-        self.transform = transform
-        self.policy = FaultPolicy.parse(on_error)
-        self.seed = seed
-        self.debug = debug
+        self.transform: Transform | None = settings.transform
+        self.policy: FaultPolicy = settings.policy
+        self.seed = settings.seed
+        self.debug = settings.debug
         self.max_pixels = max_pixels
         self.exif_orientation = exif_orientation
         #: A real folder every file read must resolve into (checked at read time), or None.

@@ -70,8 +70,8 @@ class CacheableDataset(Protocol):
     """
 
     index: SampleIndex
-    #: The key of the sample's image field (``None``: the dataset has no image to cache).
-    image_key: str | None
+    #: The name of the sample's image field (``None``: the dataset has no image to cache).
+    image_field: str | None
     #: The folder the dataset's paths are relative to (messages name paths relative to it), or None.
     root: str | None
     read_root: str | None

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from torchloom.datasets.index import StringColumn
 from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
+from torchloom.io.files import lies_inside
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
@@ -45,14 +46,15 @@ class FieldContext:
 class CompiledField:
     """A field's per-row values and the rows it rejects (row number -> reason)."""
 
-    key: str
+    #: The field's name in a sample.
+    name: str
     values: Any
     invalid: dict[int, str] = field(default_factory=dict)
     classes: list[Any] | None = None
 
     def take(self, rows: np.ndarray) -> CompiledField:
         values = self.values.take(rows) if isinstance(self.values, StringColumn) else self.values[rows]
-        return CompiledField(self.key, values, {}, self.classes)
+        return CompiledField(self.name, values, {}, self.classes)
 
 
 def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
@@ -78,10 +80,10 @@ def _rows_text(rows: np.ndarray) -> str:
 
 @dataclass(frozen=True)
 class Image:
-    """A column of image paths, relative to the dataset's ``root``; sample key ``key``."""
+    """A column of image paths, relative to the dataset's ``root``; ``name``: the field's name in a sample."""
 
     column: str
-    key: str = "image"
+    name: str = "image"
 
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         raw = require_column(table, self.column, f"Image({self.column!r})")
@@ -97,7 +99,7 @@ class Image:
                 resolved.append("")
                 continue
             resolved.append(self._resolve(row, value, context, real_folders))
-        return CompiledField(self.key, StringColumn.from_strings(resolved), invalid)
+        return CompiledField(self.name, StringColumn.from_strings(resolved), invalid)
 
     def _resolve(self, row: int, value: str, context: FieldContext, real_folders: dict[str, str]) -> str:
         joined = os.path.join(context.root, value)
@@ -111,7 +113,7 @@ class Image:
         if context.check_symlinks:
             real = _real_path(joined, real_folders)
             root_real = _real_path(context.root, real_folders)
-            if os.path.commonpath([real, root_real]) != root_real:
+            if not lies_inside(real, root_real):
                 raise PathOutsideRootError(row, value, context.root, f"is a symlink to {real!r}")
         return joined
 
@@ -132,13 +134,13 @@ class Label:
 
     With ``classes`` given, a label's number is its position there and any other value makes
     the row invalid. Without, an integer column is used as is (values must be >= 0; ``classes`` is
-    ``0..max``) and any
-    other column is numbered by its sorted distinct values. Empty labels make the row invalid.
+    ``0..max``) and any other column is numbered by its sorted distinct values. Empty labels make
+    the row invalid. ``name``: the field's name in a sample.
     """
 
     column: str
     classes: Sequence[Any] | None = None
-    key: str = "label"
+    name: str = "label"
 
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
         raw = require_column(table, self.column, f"Label({self.column!r})")
@@ -181,7 +183,7 @@ class Label:
             classes = sorted(pc.unique(values.drop_null()).to_pylist())
             positions = pc.index_in(values, value_set=pa.array(classes, type=values.type))
             labels = positions.fill_null(-1).to_numpy().astype(np.int64)
-        return CompiledField(self.key, labels, invalid, classes)
+        return CompiledField(self.name, labels, invalid, classes)
 
     def _integer_classes(self, labels: np.ndarray) -> list[int]:
         """Integer labels are class numbers: the classes are 0..max (so len(classes) is the number
@@ -222,10 +224,11 @@ class Numeric:
     ``nan`` says what a missing or NaN value does: ``"raise"`` (a :class:`ManifestError` naming
     the rows and columns), ``"drop"`` (the row is excluded and reported), ``"mean"`` (the
     column's mean over valid rows), ``"keep"`` (NaN stays) or a number to put in its place.
+    ``name``: the field's name in a sample.
     """
 
     columns: str | Sequence[str]
-    key: str = "numeric"
+    name: str = "numeric"
     nan: NanPolicy = "raise"
 
     def __post_init__(self) -> None:
@@ -282,15 +285,16 @@ class Numeric:
                 raise ConfigError(
                     f"Invalid nan={self.nan!r}; use 'raise', 'drop', 'mean', 'keep' or a number"
                 )
-        return CompiledField(self.key, matrix, invalid)
+        return CompiledField(self.name, matrix, invalid)
 
 
 @dataclass(frozen=True)
 class Text:
-    """A text column returned as a raw string; ``missing`` is ``"raise"``, ``"drop"`` or ``"empty"``."""
+    """A text column returned as a raw string; ``missing`` is ``"raise"``, ``"drop"`` or ``"empty"``;
+    ``name``: the field's name in a sample (default: the column's)."""
 
     column: str
-    key: str | None = None
+    name: str | None = None
     missing: Literal["raise", "drop", "empty"] = "raise"
 
     def __post_init__(self) -> None:
@@ -315,38 +319,41 @@ class Text:
                 )
             if self.missing == "drop":
                 invalid = {int(row): f"text column {self.column!r} is empty" for row in null_rows}
-        return CompiledField(self.key or self.column, StringColumn.from_arrow(strings.fill_null("")), invalid)
+        values = StringColumn.from_arrow(strings.fill_null(""))
+        return CompiledField(self.name or self.column, values, invalid)
 
 
 @dataclass(frozen=True)
-class Key:
+class JoinKey:
     """An identifier column (for joins): integers (and text that is all canonical integers, as
     CSV ids are read) become ``int``; other ids stay ``str``. Empty ids make the row invalid.
+    ``name``: the field's name in a sample (default: the column's), the ``on=`` of a
+    :class:`~torchloom.fusion.JoinedDataset`.
 
     Example:
         >>> import pyarrow as pa
-        >>> Key("id").compile(pa.table({"id": [7, 9]}), FieldContext(root=".")).values.tolist()
+        >>> JoinKey("id").compile(pa.table({"id": [7, 9]}), FieldContext(root=".")).values.tolist()
         [7, 9]
     """
 
     column: str
-    key: str | None = None
+    name: str | None = None
 
     def compile(self, table: pa.Table, context: FieldContext) -> CompiledField:
-        raw = require_column(table, self.column, f"Key({self.column!r})")
+        raw = require_column(table, self.column, f"JoinKey({self.column!r})")
         ids = as_id_array(raw)
         nulls = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
-        invalid = {int(row): f"key column {self.column!r} is empty" for row in nulls}
-        key = self.key or self.column
+        invalid = {int(row): f"join key column {self.column!r} is empty" for row in nulls}
+        name = self.name or self.column
         if pa.types.is_integer(ids.type):
-            return CompiledField(key, ids.fill_null(0).to_numpy().astype(np.int64), invalid)
+            return CompiledField(name, ids.fill_null(0).to_numpy().astype(np.int64), invalid)
         try:
             strings = ids.cast(pa.large_string()).fill_null("")
         except (pa.ArrowException, ValueError) as exc:
             raise ManifestError(
-                f"Key column {self.column!r} of type {raw.type} is not an id ({exc})"
+                f"JoinKey column {self.column!r} of type {raw.type} is not an id ({exc})"
             ) from exc
-        return CompiledField(key, StringColumn.from_arrow(strings), invalid)
+        return CompiledField(name, StringColumn.from_arrow(strings), invalid)
 
 
-Field = Image | Label | Numeric | Text | Key
+Field = Image | Label | Numeric | Text | JoinKey

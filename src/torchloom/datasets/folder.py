@@ -8,27 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
-from torchloom.datasets.index import (
-    VALIDATE_CHOICES,
-    DatasetReport,
-    SampleIndex,
-    Validate,
-    check_image_file,
-    keep_valid,
-    validate_files,
-)
-from torchloom.errors import (
-    EmptyDatasetError,
-    MissingFileError,
-    ValidationFailedError,
-    check_choice,
-)
-from torchloom.faults import FaultPolicy
+from torchloom.datasets.index import DatasetReport, SampleIndex, check_image_file, keep_valid, validate_files
+from torchloom.datasets.options import IndexingOptions, indexing_settings
+from torchloom.errors import EmptyDatasetError, MissingFileError, ValidationFailedError
 from torchloom.io.image import DEFAULT_MAX_PIXELS
-from torchloom.transforms.base import Transform
 
 
 class FolderDataset(IndexedDataset):
@@ -53,19 +40,14 @@ class FolderDataset(IndexedDataset):
     Args:
         root: the folder holding one sub-folder per class (or one per split: see ``split``).
         split: the split folder of a split root to read (``"train"``, ``"val"``, ...).
-        transform: ``transform(image, rng)`` on the HWC ``uint8`` array (see
-            :mod:`torchloom.transforms`); its result becomes a CHW tensor.
         extensions: file extensions that are images.
-        validate: ``"none"``, ``"exists"``, ``"header"`` (default, cheap) or ``"full"`` (decode).
-        strict: raise :class:`torchloom.errors.ValidationFailedError` instead of excluding.
-        on_error: ``"raise"``, ``"skip"``, ``"retry"`` or a :class:`FaultPolicy`.
-        seed: the seed of :func:`torchloom.sample_rng` for :class:`torchloom.SampleKey` keys.
-        debug: log the first samples and check all samples share keys, dtypes and dimensions.
-        allow_outside_root: follow symlinks that lead outside ``root`` instead of refusing them.
         max_pixels: larger images are refused (decompression-bomb guard).
         exif_orientation: turn photos upright as their EXIF tag says (default), as viewers do;
             ``False`` keeps the stored pixel order.
-        workers: threads used for validation; ``progress`` shows a bar while it runs.
+        options: the options every dataset of files takes, :class:`~torchloom.datasets.IndexingOptions`:
+            ``transform`` (on the HWC ``uint8`` array; its result becomes a CHW tensor),
+            ``on_error``, ``seed``, ``debug``, ``validate``, ``strict``, ``allow_outside_root``
+            (follow symlinks that lead outside ``root``), ``num_threads``, ``progress``.
 
     Example:
         >>> import numpy as np, os, simplejpeg, tempfile
@@ -85,20 +67,12 @@ class FolderDataset(IndexedDataset):
         root: str | os.PathLike[str],
         *,
         split: str | None = None,
-        transform: Transform | None = None,
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
-        validate: Validate = "header",
-        strict: bool = False,
-        on_error: str | FaultPolicy = "raise",
-        seed: int = 0,
-        debug: bool = False,
-        allow_outside_root: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         exif_orientation: bool = True,
-        workers: int | None = None,
-        progress: bool = True,
+        **options: Unpack[IndexingOptions],
     ) -> None:
-        check_choice("validate", validate, VALIDATE_CHOICES)
+        sample, indexing = indexing_settings(options, what="FolderDataset")
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise MissingFileError(f"FolderDataset root {self.root!r} is not a folder")
@@ -106,7 +80,7 @@ class FolderDataset(IndexedDataset):
             self.root,
             extensions=extensions,
             split=split,
-            allow_outside_root=allow_outside_root,
+            allow_outside_root=indexing.allow_outside_root,
             what="FolderDataset",
         )
         if not found.classes:
@@ -118,7 +92,7 @@ class FolderDataset(IndexedDataset):
         self.split = found.split_names[0] if found.layout == "splits" else None
         self.classes = found.classes
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        if strict and found.refused:
+        if indexing.strict and found.refused:
             raise ValidationFailedError(
                 f"FolderDataset {self.root!r}", [(item.path, item.text) for item in found.refused]
             )
@@ -126,13 +100,17 @@ class FolderDataset(IndexedDataset):
         found.add_to(self.report)
         reasons = validate_files(
             found.paths,
-            lambda path: check_image_file(path, validate, max_pixels),
-            workers=workers,
-            progress=progress and validate != "none",
+            lambda path: check_image_file(path, indexing.validate, max_pixels),
+            num_threads=indexing.num_threads,
+            progress=indexing.progress and indexing.validate != "none",
             description=f"validating {os.path.basename(self.root) or self.root}",
         )
         keep = keep_valid(
-            reasons, found.paths.__getitem__, self.report, strict=strict, what=f"FolderDataset {self.root!r}"
+            reasons,
+            found.paths.__getitem__,
+            self.report,
+            strict=indexing.strict,
+            what=f"FolderDataset {self.root!r}",
         )
         if len(keep) == 0:
             raise EmptyDatasetError(
@@ -140,15 +118,8 @@ class FolderDataset(IndexedDataset):
                 f"(extensions {[e.lower() for e in extensions]}):\n{self.report}"
             )
         index = SampleIndex(found.paths, found.labels).take(keep)
-        super().__init__(
-            index,
-            transform=transform,
-            on_error=on_error,
-            seed=seed,
-            debug=debug,
-            max_pixels=max_pixels,
-            exif_orientation=exif_orientation,
-        )
+        super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
+        self.read_root = indexing.read_root(self.root)
         self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:
             warnings.warn(

@@ -23,16 +23,16 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.index import SampleIndex, StringColumn
+from torchloom.datasets.options import SampleOptions, sample_settings
 from torchloom.datasets.spatial_split import touches_other_split
 from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError, check_choice
-from torchloom.faults import FaultPolicy
 from torchloom.io.cube import CubeSource
 from torchloom.io.envi import open_envi
 from torchloom.io.hdf5 import Hdf5Cube, Layout, read_hdf5_array
-from torchloom.transforms.base import Transform
 
 #: File extensions read as HDF5; any other path is read as ENVI (header or data file).
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5")
@@ -41,9 +41,9 @@ PADDINGS = ("reflect", "constant")
 CubeLike = str | os.PathLike[str] | CubeSource
 
 
-def open_cube(source: CubeLike, *, dataset: str = "cube", layout: Layout = "HWC") -> CubeSource:
-    """A cube from a path (``.h5``/``.hdf5``/``.he5``: HDF5 dataset ``dataset``; else ENVI), or
-    ``source`` itself when it is already a cube.
+def open_cube(source: CubeLike, *, array: str = "cube", layout: Layout = "HWC") -> CubeSource:
+    """A cube from a path (``.h5``/``.hdf5``/``.he5``: the HDF5 dataset named ``array``; else ENVI),
+    or ``source`` itself when it is already a cube.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -55,7 +55,7 @@ def open_cube(source: CubeLike, *, dataset: str = "cube", layout: Layout = "HWC"
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if path.lower().endswith(HDF5_EXTENSIONS):
-            return Hdf5Cube(path, dataset, layout=layout)
+            return Hdf5Cube(path, array, layout=layout)
         return open_envi(path)
     if not isinstance(source, CubeSource):
         raise ConfigError(
@@ -117,12 +117,11 @@ class HyperspectralDataset(IndexedDataset):
         guard: with ``splits``, also drop centres whose patch would hold pixels of another split
             (those within ``patch_size // 2`` of another split's block), so no pixel of one split
             reaches another's patches. ``False`` keeps them (patch inputs then overlap; labels never do).
-        dataset: the HDF5 dataset holding each cube; ``layout``: its axes, ``"HWC"`` or ``"CHW"``.
+        array: the name of the HDF5 dataset holding each cube; ``layout``: its axes, ``"HWC"`` or
+            ``"CHW"``.
         dtype: convert images to this numpy dtype (e.g. ``"float32"``); ``None`` keeps the cube's.
-        transform: ``transform(image, rng)`` on the HWC array; its result becomes a CHW tensor.
-        on_error: ``"raise"``, ``"skip"``, ``"retry"`` or a :class:`FaultPolicy`.
-        seed: the seed of :func:`torchloom.sample_rng` for :class:`torchloom.SampleKey` keys.
-        debug: log the first samples and check all samples share keys, dtypes and dimensions.
+        options: :class:`~torchloom.datasets.SampleOptions`: ``transform(image, rng)`` gets the HWC
+            array (its result becomes a CHW tensor), ``on_error``, ``seed``, ``debug``.
 
     A cube that cannot be opened (a malformed header, a data file of the wrong size, a corrupt
     HDF5 file) raises at construction, naming the file.
@@ -149,16 +148,14 @@ class HyperspectralDataset(IndexedDataset):
         splits: np.ndarray | Sequence[np.ndarray] | None = None,
         split: int | None = None,
         guard: bool = True,
-        dataset: str = "cube",
+        array: str = "cube",
         layout: Layout = "HWC",
         dtype: str | np.dtype | None = None,
-        transform: Transform | None = None,
-        on_error: str | FaultPolicy = "raise",
-        seed: int = 0,
-        debug: bool = False,
+        **options: Unpack[SampleOptions],
     ) -> None:
+        sample = sample_settings(options, what="HyperspectralDataset")
         listed = list(cubes) if isinstance(cubes, Sequence) and not isinstance(cubes, str) else [cubes]
-        self.cubes: list[CubeSource] = [open_cube(cube, dataset=dataset, layout=layout) for cube in listed]
+        self.cubes: list[CubeSource] = [open_cube(cube, array=array, layout=layout) for cube in listed]
         if not self.cubes:
             raise EmptyDatasetError("HyperspectralDataset got no cubes")
         self.patch_size = self._check_settings(labels, masks, patch_size, padding, splits, split)
@@ -170,7 +167,7 @@ class HyperspectralDataset(IndexedDataset):
         else:
             split_maps = None if splits is None else self._per_cube(splits, "splits")
             index = self._patch_index(self._masks(masks), split_maps, self.patch_size)
-        super().__init__(index, transform=transform, on_error=on_error, seed=seed, debug=debug)
+        super().__init__(index, sample)
         #: Each sample's cube number, and its centre's row and column (0 for whole cubes).
         self.cube_ids = np.asarray(index.columns["cube"])
         self.rows = np.asarray(index.columns["row"])

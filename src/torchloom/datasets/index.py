@@ -190,7 +190,7 @@ def validate_files(
     paths: Sequence[str] | StringColumn,
     check: Callable[[str], str | None],
     *,
-    workers: int | None = None,
+    num_threads: int | None = None,
     progress: bool = True,
     description: str = "validating",
 ) -> np.ndarray:
@@ -202,7 +202,7 @@ def validate_files(
     reasons = np.full(count, None, dtype=object)
     if count == 0:
         return reasons
-    workers = workers or min(32, 4 * (os.cpu_count() or 1))
+    num_threads = num_threads or min(32, 4 * (os.cpu_count() or 1))
     starts = range(0, count, VALIDATION_CHUNK)
 
     def run_chunk(start: int) -> tuple[int, list[str | None]]:
@@ -210,7 +210,7 @@ def validate_files(
         return start, [check(paths[i]) for i in range(start, stop)]
 
     with (
-        ThreadPoolExecutor(max_workers=workers) as pool,
+        ThreadPoolExecutor(max_workers=num_threads) as pool,
         tqdm(total=count, desc=description, unit="file", disable=not progress, leave=False) as bar,
     ):
         for start, chunk in pool.map(run_chunk, starts):

@@ -9,28 +9,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import torch
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import IndexedDataset, Slot
-from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, Key, Label, Text
+from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, JoinKey, Label, Text
 from torchloom.datasets.index import (
-    VALIDATE_CHOICES,
     DatasetReport,
     SampleIndex,
     StringColumn,
-    Validate,
     check_image_file,
     keep_valid,
     validate_files,
 )
-from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError, check_choice
-from torchloom.faults import FaultPolicy
+from torchloom.datasets.options import IndexingOptions, indexing_settings
+from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 from torchloom.io.table import read_table
-from torchloom.transforms.base import Transform
 
 DEFAULT_FIELDS: tuple[Field, ...] = (Image("image"), Label("label"))
-#: Keys every sample carries itself; fields may not use them.
-RESERVED_KEYS = frozenset({"index", "path"})
+#: Names every sample carries itself; fields may not take them.
+RESERVED_NAMES = frozenset({"index", "path"})
 
 
 class ManifestDataset(IndexedDataset):
@@ -44,16 +42,18 @@ class ManifestDataset(IndexedDataset):
     or a symlink) always raises :class:`torchloom.errors.PathOutsideRootError` naming the row,
     unless ``allow_outside_root=True``.
 
-    Samples are dicts with one entry per field key, plus ``"index"`` and, with an image,
-    ``"path"``.
+    Samples are dicts with one entry per field (under its ``name``), plus ``"index"`` and, with
+    an image, ``"path"``.
 
     Args:
         manifest: a ``.json``, ``.jsonl``, ``.csv``, ``.tsv`` or ``.parquet`` file, or a pyarrow table.
         fields: the declared fields (default ``Image("image"), Label("label")``).
         root: folder image paths are relative to (default: the manifest's folder; required for
             a table).
-
-    Other arguments are as in :class:`torchloom.FolderDataset`.
+        max_pixels: larger images are refused (decompression-bomb guard).
+        exif_orientation: turn photos upright as their EXIF tag says (default).
+        options: :class:`~torchloom.datasets.IndexingOptions`, as in :class:`torchloom.FolderDataset`
+            (``validate`` checks the image field's files).
 
     Example:
         >>> import numpy as np, os, simplejpeg, tempfile
@@ -75,53 +75,44 @@ class ManifestDataset(IndexedDataset):
         *,
         fields: Sequence[Field] = DEFAULT_FIELDS,
         root: str | os.PathLike[str] | None = None,
-        transform: Transform | None = None,
-        validate: Validate = "header",
-        strict: bool = False,
-        on_error: str | FaultPolicy = "raise",
-        seed: int = 0,
-        debug: bool = False,
-        allow_outside_root: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         exif_orientation: bool = True,
-        workers: int | None = None,
-        progress: bool = True,
+        **options: Unpack[IndexingOptions],
     ) -> None:
-        check_choice("validate", validate, VALIDATE_CHOICES)
+        sample, indexing = indexing_settings(options, what="ManifestDataset")
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
         table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields))
         self.root = root_path
-        keys = [f.key or getattr(f, "column", "") for f in fields]
-        duplicated = sorted({k for k in keys if keys.count(k) > 1})
+        names = [f.name or getattr(f, "column", "") for f in fields]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
-            raise ManifestError(f"fields {duplicated} share a key; give each field its own key=")
-        reserved = sorted(set(keys) & RESERVED_KEYS)
+            raise ManifestError(f"fields {duplicated} share a name; give each field its own name=")
+        reserved = sorted(set(names) & RESERVED_NAMES)
         if reserved:
             raise ManifestError(
-                f"field key(s) {reserved} are reserved for the sample's own {sorted(RESERVED_KEYS)}; "
-                "give the field another key=, e.g. Text('path', key='source_path')"
+                f"field name(s) {reserved} are reserved for the sample's own {sorted(RESERVED_NAMES)}; "
+                "give the field another name=, e.g. Text('path', name='source_path')"
             )
         images = [f for f in fields if isinstance(f, Image)]
         if len(images) > 1:
             raise ManifestError("ManifestDataset reads one Image field; join datasets for more")
-        context = FieldContext(self.root, allow_outside_root)
-        read_root = None if allow_outside_root else os.path.realpath(self.root)
+        context = FieldContext(self.root, indexing.allow_outside_root)
         compiled = [f.compile(table, context) for f in fields]
         self.report = DatasetReport()
-        self.image_key = images[0].key if images else None
+        self.image_field = images[0].name if images else None
         reasons = np.full(table.num_rows, None, dtype=object)
         for column in compiled:
             for row, reason in column.invalid.items():
                 reasons[row] = reasons[row] or reason
         paths = self._image_paths(compiled, table.num_rows)
-        if self.image_key is not None:
+        if self.image_field is not None:
             pending = np.flatnonzero(reasons == None)  # noqa: E711
             checks = validate_files(
                 [paths[int(row)] for row in pending],
-                lambda path: check_image_file(path, validate, max_pixels),
-                workers=workers,
-                progress=progress and validate != "none",
+                lambda path: check_image_file(path, indexing.validate, max_pixels),
+                num_threads=indexing.num_threads,
+                progress=indexing.progress and indexing.validate != "none",
                 description=f"validating {os.path.basename(self.source)}",
             )
             reasons[pending] = checks
@@ -129,7 +120,7 @@ class ManifestDataset(IndexedDataset):
             reasons,
             lambda row: self._row_name(row, paths),
             self.report,
-            strict=strict,
+            strict=indexing.strict,
             what=f"ManifestDataset {self.source!r}",
         )
         if len(keep) == 0:
@@ -138,30 +129,22 @@ class ManifestDataset(IndexedDataset):
         self.rows = keep
         label = next((c for c in self.fields if c.classes is not None), None)
         self.classes = label.classes if label is not None else None
-        image_field = next((c for c in self.fields if c.key == self.image_key), None)
+        image_column = next((c for c in self.fields if c.name == self.image_field), None)
         index = SampleIndex(
-            image_field.values if image_field is not None else StringColumn.from_strings([]),
+            image_column.values if image_column is not None else StringColumn.from_strings([]),
             label.values if label is not None else np.full(len(keep), -1, np.int64),
         )
-        super().__init__(
-            index,
-            transform=transform,
-            on_error=on_error,
-            seed=seed,
-            debug=debug,
-            max_pixels=max_pixels,
-            exif_orientation=exif_orientation,
-        )
-        self.read_root = read_root
+        super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
+        self.read_root = indexing.read_root(self.root)
 
-    def column(self, key: str) -> np.ndarray | StringColumn:
-        """The values a field gives its samples, one per sample, e.g. the ids of a ``Key`` field."""
+    def column(self, name: str) -> np.ndarray | StringColumn:
+        """The values field ``name`` gives its samples, one per sample, e.g. the ids of a ``JoinKey``."""
         for field in self.fields:
-            if field.key == key:
+            if field.name == name:
                 values: np.ndarray | StringColumn = field.values
                 return values
         raise FieldNotFoundError(
-            f"{self!r} has no field with key {key!r}; keys: {[f.key for f in self.fields]}"
+            f"{self!r} has no field named {name!r}; its fields: {[f.name for f in self.fields]}"
         )
 
     @property
@@ -171,7 +154,7 @@ class ManifestDataset(IndexedDataset):
 
     def _image_paths(self, compiled: list[CompiledField], rows: int) -> list[str]:
         for column in compiled:
-            if column.key == self.image_key:
+            if column.name == self.image_field:
                 values: StringColumn = column.values
                 return values.to_list()
         return [""] * rows
@@ -183,25 +166,26 @@ class ManifestDataset(IndexedDataset):
         sample: dict[str, Any] = {}
         for column in self.fields:
             values = column.values
-            if column.key == self.image_key:
+            if column.name == self.image_field:
                 sample["path"] = values[index]
-                sample[column.key] = self.load_image(values[index], self.rng(key, slot), slot)
+                sample[column.name] = self.load_image(values[index], self.rng(key, slot), slot)
             elif isinstance(values, StringColumn):
-                sample[column.key] = values[index]
+                sample[column.name] = values[index]
             elif values.ndim == 2:
-                sample[column.key] = torch.from_numpy(values[index].copy())
+                sample[column.name] = torch.from_numpy(values[index].copy())
             else:
-                sample[column.key] = values[index].item()
+                sample[column.name] = values[index].item()
         sample["index"] = key
         return sample
 
     def __repr__(self) -> str:
-        return f"ManifestDataset({self.source!r}, {len(self)} samples, fields={[f.key for f in self.fields]})"
+        names = [f.name for f in self.fields]
+        return f"ManifestDataset({self.source!r}, {len(self)} samples, fields={names})"
 
 
 def _string_columns(fields: Sequence[Field]) -> list[str]:
     """Columns that must stay text when a CSV is read (no ``00123`` -> ``123``)."""
-    return [f.column for f in fields if isinstance(f, (Image, Text, Key))]
+    return [f.column for f in fields if isinstance(f, (Image, Text, JoinKey))]
 
 
 def _load_manifest(

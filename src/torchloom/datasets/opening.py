@@ -4,20 +4,22 @@ read one split at a time), a file a manifest."""
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.manifest import ManifestDataset
+from torchloom.datasets.options import IndexingOptions
 from torchloom.errors import ConfigError
 
 
 def open_image_dataset(
-    data: str | os.PathLike[str], *, split: str | None = None, **options: Any
+    data: str | os.PathLike[str], *, split: str | None = None, **options: Unpack[IndexingOptions]
 ) -> IndexedDataset:
     """A folder (``DATA/<class>/<image>``, or ``DATA/<split>/<class>/<image>`` with ``split``) as a
-    :class:`FolderDataset`, anything else as a :class:`ManifestDataset`; ``options`` go to either
-    constructor (``transform=``, ``on_error=``...).
+    :class:`FolderDataset`, anything else as a :class:`ManifestDataset`; ``options`` (the
+    :class:`~torchloom.datasets.IndexingOptions`) go to either constructor.
 
     Example:
         >>> import tempfile

@@ -3,10 +3,10 @@
 A source is a folder (one sub-folder per class, as ImageFolder and UCF101 lay files out; one
 split of a split root, chosen with ``split=``; or files directly in it, unlabelled; its files
 found by :mod:`torchloom.datasets.discovery`, as every folder's are), a manifest (a file
-:func:`torchloom.io.table.read_table` reads, or a pyarrow table) with a path column and an
-optional label column, or a list of paths. Manifest paths go through the same
-:class:`torchloom.Image` field compilation as :class:`torchloom.ManifestDataset` (paths must stay
-inside ``root``), labels through :class:`torchloom.Label`.
+:func:`torchloom.io.table.read_table` reads, with a ``path`` and an optional ``label`` column, or
+a :class:`Manifest` naming its columns and root), or a list of paths. Manifest paths go through
+the same :class:`torchloom.Image` field compilation as :class:`torchloom.ManifestDataset` (paths
+must stay inside the root), labels through :class:`torchloom.Label`.
 
 Example:
     >>> import os, tempfile
@@ -14,7 +14,7 @@ Example:
     >>> for name in ("walk/a.avi", "run/b.avi", "run/notes.txt"):
     ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
     ...     _ = open(os.path.join(root, name), "wb").write(b"x")
-    >>> found = find_files(root, extensions=(".avi",), report=DatasetReport())
+    >>> found = find_files(root, extensions=(".avi",), report=DatasetReport(), indexing=IndexingSettings())
     >>> found.classes, [os.path.basename(p) for p in found.paths], found.labels.tolist()
     (['run', 'walk'], ['b.avi', 'a.avi'], [0, 1])
 """
@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.discovery import find_samples
@@ -41,13 +42,49 @@ from torchloom.datasets.index import (
     validate_files,
 )
 from torchloom.datasets.manifest import _load_manifest
-from torchloom.errors import ConfigError, DataError, DecodeError, EmptyDatasetError, MissingFileError
-from torchloom.faults import FaultPolicy
+from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
+from torchloom.errors import (
+    ConfigError,
+    DataError,
+    DecodeError,
+    EmptyDatasetError,
+    MissingFileError,
+    UsageError,
+)
 from torchloom.io.table import MANIFEST_SUFFIXES
-from torchloom.transforms.base import Transform
 
 Header = TypeVar("Header")
-Source: TypeAlias = str | os.PathLike[str] | pa.Table | Sequence[str | os.PathLike[str]]
+#: Validation modes of datasets that read every file's header to index it.
+PROBE_VALIDATE = ("header", "full")
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    """A manifest as the source of a dataset of one file per sample: its rows' paths and labels.
+
+    Args:
+        table: a file :func:`torchloom.io.table.read_table` reads (CSV, TSV, JSON, JSONL, Parquet)
+            or a pyarrow table.
+        path_column: the column of file paths, relative to ``root``.
+        label_column: the column of labels (class names or numbers), read as
+            :class:`torchloom.Label` reads it; a table without it, or ``None``, is unlabelled.
+        root: the folder the paths are relative to (default: the manifest file's folder; a table
+            needs one).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> clips = Manifest(pa.table({"file": ["a.mp4"]}), path_column="file", root="/data/clips")
+        >>> clips.path_column, clips.label_column
+        ('file', 'label')
+    """
+
+    table: str | os.PathLike[str] | pa.Table
+    path_column: str = "path"
+    label_column: str | None = "label"
+    root: str | os.PathLike[str] | None = None
+
+
+Source: TypeAlias = str | os.PathLike[str] | Manifest | Sequence[str | os.PathLike[str]]
 
 
 @dataclass
@@ -59,7 +96,7 @@ class FoundFiles:
     classes: list[Any] | None
     #: How the source is named in messages.
     name: str
-    #: A real folder every read must resolve into (a manifest's root), or None.
+    #: A real folder every read must resolve into (a folder source, a manifest's root), or None.
     read_root: str | None = None
 
 
@@ -68,10 +105,7 @@ def find_files(
     *,
     extensions: Sequence[str],
     report: DatasetReport,
-    path_column: str = "path",
-    label_column: str | None = "label",
-    root: str | os.PathLike[str] | None = None,
-    allow_outside_root: bool = False,
+    indexing: IndexingSettings,
     split: str | None = None,
     what: str = "the dataset",
 ) -> FoundFiles:
@@ -79,39 +113,40 @@ def find_files(
 
     A folder is read by :func:`torchloom.datasets.discovery.find_samples` (``split`` chooses the
     split folder of a split root; ``what`` names the reader in its errors). A manifest's rows with
-    an empty path or label are left out and listed in ``report``; a label column is optional
-    (``label_column=None`` ignores it).
+    an empty path or label are left out and listed in ``report``. Paths and symlinks that leave
+    the folder or the manifest's root are refused unless ``indexing.allow_outside_root``.
     """
-    folder = isinstance(source, (str, os.PathLike)) and not _is_manifest(source)
+    if isinstance(source, pa.Table):
+        raise UsageError(
+            f"{what} got a pyarrow table; say which folder its paths are relative to: "
+            "Manifest(table, root=...) (and path_column=, label_column= if not 'path' and 'label')"
+        )
+    if isinstance(source, (str, os.PathLike)) and _is_manifest(source):
+        source = Manifest(source)
+    folder = isinstance(source, (str, os.PathLike))
     if split is not None and not folder:
         raise ConfigError(
             f"split={split!r} chooses a split folder of a folder source; for a manifest or a list "
             "of paths, pass the rows or paths of that split instead"
         )
-    if isinstance(source, pa.Table) or _is_manifest(source):
-        return _from_manifest(source, report, path_column, label_column, root, allow_outside_root)
+    if isinstance(source, Manifest):
+        return _from_manifest(source, report, indexing)
     if isinstance(source, (str, os.PathLike)):
-        return _from_folder(os.fspath(source), extensions, split, allow_outside_root, report, what)
+        return _from_folder(os.fspath(source), extensions, split, indexing, report, what)
     paths = [os.fspath(path) for path in source]
     return FoundFiles(paths, np.full(len(paths), -1, np.int64), None, f"{len(paths)} paths")
 
 
-def _is_manifest(source: Source) -> bool:
-    return isinstance(source, (str, os.PathLike)) and os.fspath(source).lower().endswith(MANIFEST_SUFFIXES)
+def _is_manifest(source: str | os.PathLike[str]) -> bool:
+    return os.fspath(source).lower().endswith(MANIFEST_SUFFIXES)
 
 
-def _from_manifest(
-    manifest: str | os.PathLike[str] | pa.Table,
-    report: DatasetReport,
-    path_column: str,
-    label_column: str | None,
-    root: str | os.PathLike[str] | None,
-    allow_outside_root: bool,
-) -> FoundFiles:
-    table, name, root_path = _load_manifest(manifest, root, [path_column])
-    context = FieldContext(root_path, allow_outside_root)
+def _from_manifest(manifest: Manifest, report: DatasetReport, indexing: IndexingSettings) -> FoundFiles:
+    table, name, root_path = _load_manifest(manifest.table, manifest.root, [manifest.path_column])
+    context = FieldContext(root_path, indexing.allow_outside_root)
     # The Image field resolves any path column: joined to root, refused when it leaves root.
-    compiled = [Image(path_column, key="path").compile(table, context)]
+    compiled = [Image(manifest.path_column, name="path").compile(table, context)]
+    label_column = manifest.label_column
     if label_column is not None and label_column in table.column_names:
         compiled.append(Label(label_column).compile(table, context))
     reasons = np.full(table.num_rows, None, dtype=object)
@@ -126,7 +161,7 @@ def _from_manifest(
         compiled[1].values[keep] if labelled else np.full(len(keep), -1, np.int64),
         compiled[1].classes if labelled else None,
         name,
-        None if allow_outside_root else os.path.realpath(root_path),
+        indexing.read_root(root_path),
     )
 
 
@@ -134,7 +169,7 @@ def _from_folder(
     root: str,
     extensions: Sequence[str],
     split: str | None,
-    allow_outside_root: bool,
+    indexing: IndexingSettings,
     report: DatasetReport,
     what: str,
 ) -> FoundFiles:
@@ -144,11 +179,12 @@ def _from_folder(
             f"{root!r} is neither a folder nor a manifest ({suffixes}); pass single files as a list of paths"
         )
     found = find_samples(
-        root, extensions=extensions, split=split, allow_outside_root=allow_outside_root, what=what
+        root, extensions=extensions, split=split, allow_outside_root=indexing.allow_outside_root, what=what
     )
     found.add_to(report)
     report.empty_classes += found.empty_classes
-    return FoundFiles(found.paths.to_list(), found.labels, found.classes or None, root)
+    read_root = indexing.read_root(root)
+    return FoundFiles(found.paths.to_list(), found.labels, found.classes or None, root, read_root)
 
 
 def probe_files(
@@ -156,15 +192,14 @@ def probe_files(
     probe: Callable[[str], Header],
     *,
     report: DatasetReport,
-    strict: bool,
-    workers: int | None,
-    progress: bool,
+    indexing: IndexingSettings,
     what: str,
 ) -> tuple[np.ndarray, list[Header]]:
-    """Probe every file in threads; return the rows that probed cleanly and their headers.
+    """Probe every file in ``indexing.num_threads`` threads; return the rows that probed cleanly
+    and their headers.
 
     A file whose probe raises a data fault (:class:`DataError` or ``OSError``) is left out and
-    listed in ``report`` with the reason (``strict=True`` raises one error listing them all);
+    listed in ``report`` with the reason (``indexing.strict`` raises one error listing them all);
     any other exception is a bug and propagates. No usable file is an :class:`EmptyDatasetError`.
     """
     headers: dict[str, Header] = {}
@@ -177,9 +212,15 @@ def probe_files(
         return None
 
     reasons = validate_files(
-        found.paths, check, workers=workers, progress=progress, description=f"probing {what}"
+        found.paths,
+        check,
+        num_threads=indexing.num_threads,
+        progress=indexing.progress,
+        description=f"probing {what}",
     )
-    keep = keep_valid(reasons, found.paths.__getitem__, report, strict=strict, what=f"{what} {found.name!r}")
+    keep = keep_valid(
+        reasons, found.paths.__getitem__, report, strict=indexing.strict, what=f"{what} {found.name!r}"
+    )
     if len(keep) == 0:
         raise EmptyDatasetError(f"{what} {found.name!r} has no usable files:\n{report}")
     return keep, [headers[found.paths[int(row)]] for row in keep]
@@ -191,7 +232,8 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
     Finds the files of ``source`` (:func:`find_files`), probes them in threads with
     :meth:`probe` (files that fail are left out and listed in :attr:`report`), and indexes the
     paths, labels and the columns :meth:`header_columns` makes from the headers. Subclasses set
-    what ``probe`` needs before calling ``__init__`` and build samples with :meth:`labelled`.
+    what ``probe`` needs before calling ``__init__`` (which sets :attr:`validate`, ``"header"`` or
+    ``"full"``, before probing) and build samples with :meth:`labelled`.
     """
 
     def __init__(
@@ -199,30 +241,16 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
         source: Source,
         *,
         extensions: Sequence[str],
-        transform: Transform | None,
-        strict: bool,
-        on_error: str | FaultPolicy,
-        seed: int,
-        debug: bool,
-        path_column: str,
-        label_column: str | None,
-        root: str | os.PathLike[str] | None,
-        allow_outside_root: bool,
         split: str | None,
-        workers: int | None,
-        progress: bool,
+        **options: Unpack[IndexingOptions],
     ) -> None:
+        what = type(self).__name__
+        sample, indexing = indexing_settings(options, what=what, validate=PROBE_VALIDATE)
+        #: ``"header"``: each file's header is probed; ``"full"``: each file is read whole too.
+        self.validate = indexing.validate
         self.report = DatasetReport()
         found = find_files(
-            source,
-            extensions=extensions,
-            report=self.report,
-            path_column=path_column,
-            label_column=label_column,
-            root=root,
-            allow_outside_root=allow_outside_root,
-            split=split,
-            what=type(self).__name__,
+            source, extensions=extensions, report=self.report, indexing=indexing, split=split, what=what
         )
         self.source_name = found.name
         #: Class names (folder names or the label column's classes), or None when unlabelled.
@@ -232,16 +260,14 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
             found,
             lambda path: self.probe(path, found.read_root),
             report=self.report,
-            strict=strict,
-            workers=workers,
-            progress=progress,
-            what=type(self).__name__,
+            indexing=indexing,
+            what=what,
         )
         columns: dict[str, Column] = dict(self.header_columns(headers))
         index = SampleIndex(
             StringColumn.from_strings(found.paths[int(row)] for row in keep), found.labels[keep], columns
         )
-        super().__init__(index, transform=transform, on_error=on_error, seed=seed, debug=debug)
+        super().__init__(index, sample)
         self.read_root = found.read_root
 
     def probe(self, path: str, inside: str | None) -> Header:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import Slot
+from torchloom.datasets.options import IndexingOptions
 from torchloom.datasets.sources import ProbedFileDataset, Source
 from torchloom.errors import ConfigError, DataError, TransformError, check_choice
-from torchloom.faults import FaultPolicy
 from torchloom.io.video import VideoHeader, probe_video, read_frames, slot_times, verify_video
-from torchloom.transforms.base import Transform
 
 #: File extensions that are videos (matched in any case).
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv")
@@ -22,7 +21,6 @@ Sampling = Literal["uniform", "random_segment"]
 SAMPLINGS = ("uniform", "random_segment")
 ShortClips = Literal["repeat_last", "loop", "drop"]
 SHORT_CLIPS = ("repeat_last", "loop", "drop")
-VIDEO_VALIDATE = ("header", "full")
 #: The most frames one clip may take: each is decoded into memory (1,000 1080p frames are ~6 GB).
 MAX_CLIP_FRAMES = 10_000
 #: The longest span ``(frames - 1) × stride`` of a clip, in frames (keeps slot arithmetic in int64).
@@ -35,8 +33,9 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
     Sources: a folder of class folders (``root/<class>/<clip>.avi``, the UCF101 layout; one
     split of a split root, ``root/<split>/<class>/<clip>.avi``, chosen with ``split``; or videos
     directly in the folder, unlabelled; files found as :class:`torchloom.FolderDataset` finds
-    them), a manifest (CSV, JSON, JSONL, Parquet or a
-    pyarrow table) with ``path_column`` and, optionally, ``label_column``, or a list of paths.
+    them), a manifest (a CSV, JSON, JSONL or Parquet file with ``path`` and, optionally, ``label``
+    columns, or a :class:`~torchloom.datasets.Manifest` naming other columns, its root or a pyarrow
+    table), or a list of paths.
     Every file's header is probed at construction, in threads: durations, frame counts and
     rates go into numpy arrays (:attr:`durations`, :attr:`frame_counts`, :attr:`rates`), and
     files that do not probe are left out and listed in :attr:`report` (``strict=True`` raises).
@@ -64,23 +63,22 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
     policy (``on_error="skip"`` skips it).
 
     Args:
-        source: a folder, a manifest or a list of video paths.
+        source: a folder, a manifest file, a :class:`~torchloom.datasets.Manifest` or a list of
+            video paths.
         frames: frames per clip (``T``).
         sampling: ``"uniform"`` or ``"random_segment"`` (above).
         stride: slots between consecutive frames of a random segment.
         short: what a clip shorter than the sampling needs does (above).
-        transform: ``transform(frames, rng)`` on the ``uint8`` ``(T, H, W, 3)`` array; it returns
-            such an array or a ``(T, C, H, W)`` tensor. ``rng`` is the sample's generator, after
-            the segment start was drawn from it.
-        validate: ``"header"`` (default: probe each file's header) or ``"full"`` (decode every
-            frame at construction: catches truncated files, costs a full decode).
-        path_column, label_column, root: for a manifest source, as in
-            :class:`torchloom.ManifestDataset`; a missing label column means unlabelled samples.
-        allow_outside_root: accept manifest paths and folder symlinks that lead outside the root.
+        extensions: file extensions that are videos, in a folder source.
         split: the split folder of a split-root folder source (``"train"``, ``"val"``, ...); a
             split root without it is a :class:`torchloom.errors.ConfigError` naming its splits.
-
-    Other arguments are as in :class:`torchloom.FolderDataset`.
+        options: :class:`~torchloom.datasets.IndexingOptions`. ``transform(frames, rng)`` gets
+            the ``uint8`` ``(T, H, W, 3)`` array and returns such an array or a ``(T, C, H, W)``
+            tensor; ``rng`` is the sample's generator, after the segment start was drawn from it.
+            ``validate`` is ``"header"`` (default: probe each file's header) or ``"full"`` (decode
+            every frame at construction: catches truncated files, costs a full decode).
+            ``allow_outside_root`` accepts manifest paths and folder symlinks that lead outside the
+            root.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -102,40 +100,13 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         sampling: Sampling = "uniform",
         stride: int = 1,
         short: ShortClips = "repeat_last",
-        transform: Transform | None = None,
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
-        validate: Literal["header", "full"] = "header",
-        strict: bool = False,
-        on_error: str | FaultPolicy = "raise",
-        seed: int = 0,
-        debug: bool = False,
-        path_column: str = "path",
-        label_column: str | None = "label",
-        root: str | os.PathLike[str] | None = None,
-        allow_outside_root: bool = False,
         split: str | None = None,
-        workers: int | None = None,
-        progress: bool = True,
+        **options: Unpack[IndexingOptions],
     ) -> None:
-        _check_config(frames, sampling, stride, short, validate)
+        _check_config(frames, sampling, stride, short)
         self.frames, self.sampling, self.stride, self.short = frames, sampling, stride, short
-        self.validate = validate
-        super().__init__(
-            source,
-            extensions=extensions,
-            transform=transform,
-            strict=strict,
-            on_error=on_error,
-            seed=seed,
-            debug=debug,
-            path_column=path_column,
-            label_column=label_column,
-            root=root,
-            allow_outside_root=allow_outside_root,
-            split=split,
-            workers=workers,
-            progress=progress,
-        )
+        super().__init__(source, extensions=extensions, split=split, **options)
 
     def probe(self, path: str, inside: str | None) -> VideoHeader:
         header = probe_video(path, inside=inside)  # cheap: probed again by verify_video when "full"
@@ -211,7 +182,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         )
 
 
-def _check_config(frames: int, sampling: str, stride: int, short: str, validate: str) -> None:
+def _check_config(frames: int, sampling: str, stride: int, short: str) -> None:
     for name, value in (("frames", frames), ("stride", stride)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive int, got {name}={value!r}")
@@ -227,7 +198,6 @@ def _check_config(frames: int, sampling: str, stride: int, short: str, validate:
         )
     check_choice("sampling", sampling, SAMPLINGS)
     check_choice("short", short, SHORT_CLIPS)
-    check_choice("validate", validate, VIDEO_VALIDATE)
 
 
 def _to_tchw(video: Any) -> torch.Tensor:

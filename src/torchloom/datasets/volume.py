@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from torchloom.datasets.base import Slot
+from torchloom.datasets.options import IndexingOptions
 from torchloom.datasets.sources import ProbedFileDataset, Source
 from torchloom.errors import DataError, TransformError
-from torchloom.faults import FaultPolicy
-from torchloom.io.volume import DEFAULT_MAX_VOLUME_BYTES, VolumeHeader, probe_volume, read_volume
-from torchloom.transforms.base import Transform
+from torchloom.io.volume import (
+    DEFAULT_MAX_VOLUME_BYTES,
+    VolumeHeader,
+    probe_volume,
+    read_volume,
+    verify_volume,
+)
 
 #: File extensions that are volumes: NumPy arrays, one per file (matched in any case).
 VOLUME_EXTENSIONS = (".npy", ".npz")
@@ -27,7 +32,7 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
 
     Sources are those of :class:`torchloom.datasets.VideoClipDataset`: a folder (class folders,
     one split of a split root chosen with ``split``, or files directly in it, unlabelled), a
-    manifest with ``path_column`` and an optional ``label_column``, or a list of paths. Every
+    manifest file or :class:`~torchloom.datasets.Manifest`, or a list of paths. Every
     header is probed at construction, in threads, without reading data: a file that is not a
     ``(D, H, W)`` or ``(C, D, H, W)`` numeric array, or is truncated, is left out and listed in
     :attr:`report` (``strict=True`` raises). Shapes go into :attr:`shapes`, an ``int64``
@@ -40,19 +45,24 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
     with :class:`torchloom.collate.CropOrPadVolumes`.
 
     Args:
-        source: a folder, a manifest or a list of ``.npy`` / ``.npz`` paths.
-        key: the npz member to read (None: the only member).
-        transform: ``transform(volume, rng)`` on the array; returns an array or a tensor.
+        source: a folder, a manifest file, a :class:`~torchloom.datasets.Manifest` or a list of
+            ``.npy`` / ``.npz`` paths.
+        array: the npz member to read (None: the only member).
         max_bytes: largest compressed member read into memory.
-
-    Other arguments are as in :class:`torchloom.datasets.VideoClipDataset`.
+        extensions: file extensions that are volumes, in a folder source.
+        split: the split folder of a split-root folder source, as in
+            :class:`torchloom.datasets.VideoClipDataset`.
+        options: :class:`~torchloom.datasets.IndexingOptions`. ``transform(volume, rng)`` gets the
+            array and returns an array or a tensor. ``validate`` is ``"header"`` (default) or
+            ``"full"`` (read every volume once at construction: a compressed member that does not
+            inflate is left out then, not met in training).
 
     Example:
         >>> import numpy as np, os, tempfile
         >>> root = tempfile.mkdtemp()
         >>> np.save(os.path.join(root, "a.npy"), np.zeros((4, 8, 8), np.int16))
         >>> np.savez(os.path.join(root, "b.npz"), ct=np.ones((6, 8, 8), np.int16))
-        >>> volumes = VolumeDataset(root, key="ct", progress=False)
+        >>> volumes = VolumeDataset(root, array="ct", progress=False)
         >>> [tuple(volumes[i]["volume"].shape) for i in range(2)], volumes[1]["volume"].dtype
         ([(4, 8, 8), (6, 8, 8)], torch.int16)
     """
@@ -61,43 +71,21 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
         self,
         source: Source,
         *,
-        key: str | None = None,
-        transform: Transform | None = None,
-        extensions: Sequence[str] = VOLUME_EXTENSIONS,
-        strict: bool = False,
-        on_error: str | FaultPolicy = "raise",
-        seed: int = 0,
-        debug: bool = False,
-        path_column: str = "path",
-        label_column: str | None = "label",
-        root: str | os.PathLike[str] | None = None,
-        allow_outside_root: bool = False,
-        split: str | None = None,
+        array: str | None = None,
         max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
-        workers: int | None = None,
-        progress: bool = True,
+        extensions: Sequence[str] = VOLUME_EXTENSIONS,
+        split: str | None = None,
+        **options: Unpack[IndexingOptions],
     ) -> None:
-        self.key = key
+        self.array = array
         self.max_bytes = max_bytes
-        super().__init__(
-            source,
-            extensions=extensions,
-            transform=transform,
-            strict=strict,
-            on_error=on_error,
-            seed=seed,
-            debug=debug,
-            path_column=path_column,
-            label_column=label_column,
-            root=root,
-            allow_outside_root=allow_outside_root,
-            split=split,
-            workers=workers,
-            progress=progress,
-        )
+        super().__init__(source, extensions=extensions, split=split, **options)
 
     def probe(self, path: str, inside: str | None) -> VolumeHeader:
-        header = probe_volume(path, key=self.key, inside=inside)
+        if self.validate == "full":
+            header = verify_volume(path, array=self.array, inside=inside, max_bytes=self.max_bytes)
+        else:
+            header = probe_volume(path, array=self.array, inside=inside)
         if len(header.shape) not in VOLUME_NDIMS:
             raise DataError(f"shape {header.shape} is not a (D, H, W) or (C, D, H, W) volume")
         return header
@@ -113,13 +101,13 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
 
     def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
         path = self.index.paths[index]
-        volume = read_volume(path, key=self.key, inside=self.read_root, max_bytes=self.max_bytes)
+        volume = read_volume(path, array=self.array, inside=self.read_root, max_bytes=self.max_bytes)
         if self.transform is not None:
             volume = self.transform(volume, self.rng(key, slot))
         return self.labelled({"volume": volume_tensor(volume)}, index, key)
 
     def __repr__(self) -> str:
-        return f"VolumeDataset({self.source_name!r}, {len(self)} volumes, key={self.key!r})"
+        return f"VolumeDataset({self.source_name!r}, {len(self)} volumes, array={self.array!r})"
 
 
 def volume_tensor(volume: Any) -> torch.Tensor:

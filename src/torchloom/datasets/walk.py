@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from torchloom.errors import ConfigError, MissingFileError
+from torchloom.io.files import lies_inside
 
 REASON_HIDDEN = "hidden (name starts with '.')"
 REASON_EXTENSION = "extension not in extensions"
@@ -82,11 +83,6 @@ def _name_of(entry: FolderEntry) -> str:
 def is_class_folder(entry: FolderEntry) -> bool:
     """A folder, or a link to one, with a name that is not hidden."""
     return not entry.name.startswith(".") and entry.is_dir()
-
-
-def _inside(path: str, folder: str) -> bool:
-    """Whether the real path ``path`` is the real folder ``folder`` or lies inside it."""
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 # What an entry turned out to be once hidden names and symlinks were dealt with.
@@ -180,11 +176,11 @@ class FolderWalk:
         real = os.path.realpath(entry.path)
         if not os.path.exists(real):  # a link to nothing: listed, for validation to report missing
             return FILE, real
-        if not self.allow_outside_root and not _inside(real, self.real_root):
+        if not self.allow_outside_root and not lies_inside(real, self.real_root):
             return self._skip(entry, REASON_OUTSIDE_ROOT, f"resolves to {real!r}", quiet), real
         if not os.path.isdir(real):
             return FILE, real
-        if any(_inside(ancestor, real) for ancestor in ancestors):
+        if any(lies_inside(ancestor, real) for ancestor in ancestors):
             return self._skip(entry, REASON_LOOP, f"resolves to {real!r}", quiet), real
         return FOLDER, real
 

@@ -1,7 +1,7 @@
 """JoinedDataset: one sample per key with every modality, joined once at construction.
 
 Sources are datasets that can list their keys (a :class:`torchloom.ManifestDataset` with a
-``Key`` field, a :class:`TableDataset`) or tables (a pyarrow table, a CSV/Parquet/JSON path).
+``JoinKey`` field, a :class:`TableDataset`) or tables (a pyarrow table, a CSV/Parquet/JSON path).
 The join runs once, vectorised in Arrow, into one row-index array per source; a sample then
 costs one lookup per source, with no dictionary of millions of keys in the workers.
 
@@ -74,7 +74,7 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
 
     Args:
         sources: name -> source; the first source is the reference, whose order the samples keep.
-        on: the key column (a ``Key`` field of a ManifestDataset, a column of a table).
+        on: the key column (a ``JoinKey`` field of a ManifestDataset, a column of a table).
         how: ``"inner"`` keeps keys every source has; ``"left"`` keeps every key of the first source.
         missing: for a ``"left"`` key that another source lacks: ``"drop"`` the sample (counted in
             :attr:`report`), or ``"mask"``: keep it, with that source's fields zero-filled (zeros of the
@@ -238,7 +238,7 @@ def _keys_of(name: str, dataset: Dataset[Any], on: str) -> pa.Array:
     if column is None:
         raise JoinError(
             f"source {name!r} ({type(dataset).__name__}) cannot list its keys; give a ManifestDataset with "
-            f"a Key({on!r}) field, a TableDataset or a table"
+            f"a JoinKey({on!r}) field, a TableDataset or a table"
         )
     try:
         values = column(on)
@@ -263,7 +263,7 @@ def _check_key_types(keys: dict[str, pa.Array], on: str) -> None:
     if len(set(families.values())) > 1:
         raise JoinError(
             f"key {on!r} has different types across sources ({families}); make them all integers or all "
-            "strings (e.g. read ids as Key fields, which keep integers)"
+            "strings (e.g. read ids as JoinKey fields, which keep integers)"
         )
 
 

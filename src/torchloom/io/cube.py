@@ -105,7 +105,7 @@ class ArrayCube:
     """An in-memory HWC array as a :class:`CubeSource` (for tests, or data already loaded).
 
     Args:
-        array: a ``(lines, samples, bands)`` array.
+        values: a ``(lines, samples, bands)`` array.
         path: what errors and samples call it.
         wavelengths: one float per band, or ``None``.
 
@@ -117,19 +117,21 @@ class ArrayCube:
 
     def __init__(
         self,
-        array: np.ndarray,
+        values: np.ndarray,
         *,
         path: str | os.PathLike[str] = "<array>",
         wavelengths: Sequence[float] | np.ndarray | None = None,
     ) -> None:
-        if array.ndim != 3 or min(array.shape) < 1:
-            raise ConfigError(f"ArrayCube needs a non-empty (lines, samples, bands) array, got {array.shape}")
-        self.array = array
+        if values.ndim != 3 or min(values.shape) < 1:
+            raise ConfigError(
+                f"ArrayCube needs a non-empty (lines, samples, bands) array, got {values.shape}"
+            )
+        self.values = values
         self._path = os.fspath(path)
         self._wavelengths = None if wavelengths is None else np.asarray(wavelengths, dtype=np.float64)
-        if self._wavelengths is not None and self._wavelengths.shape != (array.shape[2],):
+        if self._wavelengths is not None and self._wavelengths.shape != (values.shape[2],):
             raise ConfigError(
-                f"ArrayCube got {self._wavelengths.shape} wavelengths for {array.shape[2]} bands"
+                f"ArrayCube got {self._wavelengths.shape} wavelengths for {values.shape[2]} bands"
             )
 
     @property
@@ -138,12 +140,12 @@ class ArrayCube:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        lines, samples, bands = self.array.shape
+        lines, samples, bands = self.values.shape
         return int(lines), int(samples), int(bands)
 
     @property
     def dtype(self) -> np.dtype:
-        return native(self.array.dtype)
+        return native(self.values.dtype)
 
     @property
     def wavelengths(self) -> np.ndarray | None:
@@ -151,7 +153,7 @@ class ArrayCube:
 
     def read(self, rows: slice | None = None, cols: slice | None = None, bands: Bands = None) -> np.ndarray:
         rows, cols = check_window(rows, cols)
-        window = self.array[rows, cols][:, :, band_indices(bands, self.shape[2])]
+        window = self.values[rows, cols][:, :, band_indices(bands, self.shape[2])]
         return np.array(window, dtype=self.dtype, order="C")
 
     def __repr__(self) -> str:

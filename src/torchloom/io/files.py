@@ -324,11 +324,22 @@ def _open_checked(path: str, inside: str | None) -> tuple[int, os.stat_result]:
     return descriptor, status
 
 
+def lies_inside(path: str, root: str) -> bool:
+    """Whether ``path`` is the folder ``root`` or lies under it, the two compared as given: pass
+    real paths (:func:`os.path.realpath`) to ask where symlinks lead.
+
+    Example:
+        >>> lies_inside("/data/train/cat/1.jpg", "/data/train"), lies_inside("/data/trainer", "/data/train")
+        (True, False)
+    """
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    return path == root or path.startswith(prefix)
+
+
 def _check_confined(descriptor: int, path: str, status: os.stat_result, root: str) -> None:
     """Refuse the open file unless it lies in the real folder ``root``."""
     opened = _opened_name(descriptor, path, status)
-    prefix = root if root.endswith(os.sep) else root + os.sep
-    if opened != root and not opened.startswith(prefix):
+    if not lies_inside(opened, root):
         raise UnsafeFileError(
             path,
             f"resolves to {opened!r}, outside the dataset root {root!r} (a symlink changed since it "

@@ -97,7 +97,9 @@ def hdf5_dataset(handle: Any, path: str, name: str) -> Any:
         names: list[str] = []
         handle.visititems(lambda key, item: names.append(key) if isinstance(item, h5py.Dataset) else None)
         raise DecodeError(
-            path, f"has no dataset {name!r}; its datasets are {names[:NAMES_LISTED]} (pass dataset=...)"
+            path,
+            f"has no dataset {name!r}; its datasets are {names[:NAMES_LISTED]} (pass one of them: array= "
+            "for a cube, masks= for label masks)",
         ) from exc
     if not isinstance(found, h5py.Dataset):
         raise DecodeError(path, f"{name!r} is a group, not a dataset (pass the dataset's full name)")
@@ -131,7 +133,7 @@ class Hdf5Cube:
 
     Args:
         path: the HDF5 file.
-        dataset: the dataset's name in the file.
+        array: the name of the cube's dataset in the file.
         layout: how the dataset's axes are stored: ``"HWC"`` (default) or ``"CHW"`` (bands first).
 
     Wavelengths are read from the dataset's ``wavelength`` (or ``wavelengths``) attribute, and
@@ -148,23 +150,23 @@ class Hdf5Cube:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], dataset: str = "cube", *, layout: Layout = "HWC"
+        self, path: str | os.PathLike[str], array: str = "cube", *, layout: Layout = "HWC"
     ) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(
                 f"Invalid layout={layout!r}; must be one of {LAYOUTS} (how the axes are stored)"
             )
         self._path = os.fspath(path)
-        self.dataset = dataset
+        self.array = array
         self.layout = layout
         self._handle: tuple[int, Any, Any] | None = None  # (pid, file, dataset) of this process
         with open_hdf5(self._path) as handle:
-            stored = hdf5_dataset(handle, self._path, dataset)
+            stored = hdf5_dataset(handle, self._path, array)
             if stored.dtype.kind not in NUMERIC_KINDS:
-                raise DecodeError(self._path, f"dataset {dataset!r} holds {stored.dtype}, not numbers")
+                raise DecodeError(self._path, f"dataset {array!r} holds {stored.dtype}, not numbers")
             if stored.ndim != 3 or 0 in stored.shape:
                 raise DecodeError(
-                    self._path, f"dataset {dataset!r} has shape {stored.shape}; a cube needs 3 non-empty axes"
+                    self._path, f"dataset {array!r} has shape {stored.shape}; a cube needs 3 non-empty axes"
                 )
             shape = tuple(int(size) for size in stored.shape)
             self._shape = (
@@ -221,7 +223,7 @@ class Hdf5Cube:
                 window = self._stored()[spans[0], spans[1], spans[2]]
         except OSError as exc:
             raise DecodeError(
-                self._path, f"cannot read {self.dataset!r}: truncated or corrupt? (h5py: {exc})"
+                self._path, f"cannot read {self.array!r}: truncated or corrupt? (h5py: {exc})"
             ) from exc
         window = window if picked is None else window[:, :, picked]
         if window.shape != out.shape:  # never broadcast a smaller read into the window asked for
@@ -235,7 +237,7 @@ class Hdf5Cube:
         if self._handle is None or self._handle[0] != pid:
             handle = open_hdf5(self._path)
             try:
-                stored = hdf5_dataset(handle, self._path, self.dataset)
+                stored = hdf5_dataset(handle, self._path, self.array)
                 self._check_unchanged(stored)
             except BaseException:
                 handle.close()
@@ -253,7 +255,7 @@ class Hdf5Cube:
         if shape != expected or native(stored.dtype) != self._dtype:
             raise DecodeError(
                 self._path,
-                f"dataset {self.dataset!r} is now {stored.dtype} {shape}, not the {self._dtype} {expected} "
+                f"dataset {self.array!r} is now {stored.dtype} {shape}, not the {self._dtype} {expected} "
                 "it held when this cube was opened: the file was replaced; rebuild the dataset",
             )
 
@@ -270,7 +272,7 @@ class Hdf5Cube:
 
     def __repr__(self) -> str:
         return (
-            f"Hdf5Cube({self.path!r}, dataset={self.dataset!r}, shape={self.shape}, layout={self.layout!r})"
+            f"Hdf5Cube({self.path!r}, array={self.array!r}, shape={self.shape}, layout={self.layout!r})"
         )
 
 

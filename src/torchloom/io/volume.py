@@ -48,6 +48,8 @@ VOLUME_KINDS = "biufc"
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _NPY_HEADER_LIMIT = 10_000
 _EMPTY = "file is empty (0 bytes)"
+# Bytes read at a time when a volume is read through to verify it.
+_READ_THROUGH_CHUNK = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -74,34 +76,35 @@ class VolumeHeader:
 
 
 def probe_volume(
-    path: str | os.PathLike[str], *, key: str | None = None, inside: str | None = None
+    path: str | os.PathLike[str], *, array: str | None = None, inside: str | None = None
 ) -> VolumeHeader:
     """Read a ``.npy`` file's or an npz member's header, checking it against the file's size.
 
-    ``key``: the npz member (``"image"`` or ``"image.npy"``); None takes the only member.
+    ``array``: the npz member (``"image"`` or ``"image.npy"``); None takes the only member.
     ``inside``: a real folder the path must resolve into (checked when the file is opened).
 
     Example:
         >>> import numpy as np, os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "scan.npz")
         >>> np.savez_compressed(path, image=np.zeros((4, 5, 6), np.float32), mask=np.zeros(3))
-        >>> header = probe_volume(path, key="image")
+        >>> header = probe_volume(path, array="image")
         >>> header.shape, header.member, header.memmappable
         ((4, 5, 6), 'image.npy', False)
     """
     with open_file(path, inside=inside) as handle:
-        return _probe_open(path, handle, key)
+        return _probe_open(path, handle, array)
 
 
 def read_volume(
     path: str | os.PathLike[str],
     *,
-    key: str | None = None,
+    array: str | None = None,
     inside: str | None = None,
     max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
 ) -> np.ndarray:
     """A volume as a read-only array: an ``np.memmap`` for ``.npy`` and stored npz members, an
-    array read whole for compressed members (refused beyond ``max_bytes``).
+    array read whole for compressed members (refused beyond ``max_bytes``); ``array`` is the npz
+    member, as in :func:`probe_volume`.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -112,7 +115,7 @@ def read_volume(
         (True, (2, 3, 4), 24)
     """
     with open_file(path, inside=inside) as handle:
-        header = _probe_open(path, handle, key)
+        header = _probe_open(path, handle, array)
         if header.nbytes == 0:
             return np.empty(header.shape, header.dtype, order="F" if header.fortran_order else "C")
         if header.memmappable:
@@ -134,7 +137,42 @@ def read_volume(
         return _read_compressed(path, handle, header)
 
 
-def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, key: str | None) -> VolumeHeader:
+def verify_volume(
+    path: str | os.PathLike[str],
+    *,
+    array: str | None = None,
+    inside: str | None = None,
+    max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
+) -> VolumeHeader:
+    """:func:`probe_volume`, then read the volume's every byte once: a compressed member is
+    inflated (one that does not, or ends early, is a :class:`DecodeError`), a memory-mappable one
+    read through the file (an I/O error then, not in a worker touching a page).
+
+    Costs a whole read, where :func:`probe_volume` reads the header only.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "scan.npy")
+        >>> np.save(path, np.zeros((2, 3, 4), np.uint8))
+        >>> verify_volume(path).shape
+        (2, 3, 4)
+    """
+    with open_file(path, inside=inside) as handle:
+        header = _probe_open(path, handle, array)
+        if header.memmappable:
+            handle.seek(header.offset)
+            remaining = header.nbytes
+            while remaining > 0:
+                chunk = handle.read(min(remaining, _READ_THROUGH_CHUNK))
+                if not chunk:  # it shrank since its header was checked against its size
+                    raise DecodeError(path, f"ends {remaining:,} bytes short of its data: it is truncated")
+                remaining -= len(chunk)
+    if not header.memmappable:
+        read_volume(path, array=array, inside=inside, max_bytes=max_bytes)
+    return header
+
+
+def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, array: str | None) -> VolumeHeader:
     magic = handle.read(len(NPY_MAGIC))
     handle.seek(0)
     size = os.fstat(handle.fileno()).st_size
@@ -145,7 +183,7 @@ def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, key: str | None)
         return header
     if magic[:4] in ZIP_MAGICS:
         try:
-            return _npz_header(path, handle, key, size)
+            return _npz_header(path, handle, array, size)
         except (zipfile.BadZipFile, zlib.error, EOFError, struct.error) as exc:
             raise DecodeError(path, f"broken npz archive ({type(exc).__name__}: {exc})") from exc
     raise DecodeError(path, "not a .npy or .npz file (no NUMPY or zip signature)" if magic else _EMPTY)
@@ -179,9 +217,11 @@ def _check_size(path: str | os.PathLike[str], header: VolumeHeader, available: i
         )
 
 
-def _npz_header(path: str | os.PathLike[str], handle: BinaryIO, key: str | None, size: int) -> VolumeHeader:
+def _npz_header(
+    path: str | os.PathLike[str], handle: BinaryIO, array: str | None, size: int
+) -> VolumeHeader:
     with zipfile.ZipFile(handle) as archive:
-        info = _member(path, archive, key)
+        info = _member(path, archive, array)
         if info.flag_bits & 0x1:
             raise DecodeError(path, f"member {info.filename!r} is encrypted")
         if info.compress_type != zipfile.ZIP_STORED:
@@ -203,16 +243,18 @@ def _npz_header(path: str | os.PathLike[str], handle: BinaryIO, key: str | None,
     return header
 
 
-def _member(path: str | os.PathLike[str], archive: zipfile.ZipFile, key: str | None) -> zipfile.ZipInfo:
+def _member(path: str | os.PathLike[str], archive: zipfile.ZipFile, array: str | None) -> zipfile.ZipInfo:
     names = archive.namelist()
-    if key is None:
+    if array is None:
         if len(names) != 1:
-            raise DecodeError(path, f"the npz holds {len(names)} arrays {names[:10]}; pass key= to pick one")
+            raise DecodeError(
+                path, f"the npz holds {len(names)} arrays {names[:10]}; pass array= to pick one"
+            )
         return archive.getinfo(names[0])
-    for name in (key, f"{key}.npy"):
+    for name in (array, f"{array}.npy"):
         if name in names:
             return archive.getinfo(name)
-    raise DecodeError(path, f"the npz holds no array {key!r}; it holds {names[:10]}")
+    raise DecodeError(path, f"the npz holds no array {array!r}; it holds {names[:10]}")
 
 
 def _read_compressed(path: str | os.PathLike[str], handle: BinaryIO, header: VolumeHeader) -> np.ndarray:

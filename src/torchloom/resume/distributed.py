@@ -7,7 +7,7 @@ DataModule's ``__init__``, before the process group exists, still splits correct
 Example:
     >>> resolve_rank_world(None, None)
     (0, 1)
-    >>> Consumer(rank=1, world_size=2, worker=0, workers=3).index
+    >>> Consumer(rank=1, world_size=2, worker=0, num_workers=3).index
     3
 """
 
@@ -71,28 +71,28 @@ class Consumer:
     rank: int
     world_size: int
     worker: int
-    workers: int
+    num_workers: int
 
     @property
     def index(self) -> int:
-        return self.rank * self.workers + self.worker
+        return self.rank * self.num_workers + self.worker
 
     @property
     def count(self) -> int:
-        return self.world_size * self.workers
+        return self.world_size * self.num_workers
 
     def describe(self) -> str:
         return (
             f"consumer {self.index} of {self.count} (rank {self.rank} of {self.world_size} × "
-            f"worker {self.worker} of {self.workers})"
+            f"worker {self.worker} of {self.num_workers})"
         )
 
 
 def current_consumer(rank: int, world_size: int) -> Consumer:
     """The consumer this DataLoader worker (or the main process) is, on the given rank."""
     info = get_worker_info()
-    workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-    return Consumer(rank, world_size, worker, workers)
+    num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+    return Consumer(rank, world_size, worker, num_workers)
 
 
 def assignment(items: int, consumers: int, consumer: int) -> list[tuple[int, int, int]]:

@@ -10,6 +10,7 @@ from typing import Any
 from torchloom.cache import DecodedCache
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import TorchloomError
+from torchloom.io.files import lies_inside
 from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, add_data_arguments, positive_int
 
 
@@ -29,7 +30,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="also copy it into /dev/shm, as location='memory' does, to check it fits",
     )
     parser.add_argument(
-        "--workers", type=positive_int, default=None, help="decoding threads (default: one per CPU)"
+        "--threads", type=positive_int, default=None, help="decoding threads (default: one per CPU)"
     )
     parser.set_defaults(handler=run, parser=parser)
     return parser
@@ -44,13 +45,19 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         max_side=args.max_side,
         memory=args.memory,
-        workers=args.workers,
+        num_threads=args.threads,
         split=args.split,
     )
 
 
 def run_cache(
-    data: str, out: str, *, max_side: int | None, memory: bool, workers: int | None, split: str | None = None
+    data: str,
+    out: str,
+    *,
+    max_side: int | None,
+    memory: bool,
+    num_threads: int | None,
+    split: str | None = None,
 ) -> int:
     """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
     if os.path.isdir(data) and is_within(out, data):
@@ -61,9 +68,9 @@ def run_cache(
         )
         return EXIT_USAGE
     try:
-        dataset = open_image_dataset(data, split=split, on_error="skip", workers=workers)
+        dataset = open_image_dataset(data, split=split, on_error="skip", num_threads=num_threads)
         cache = DecodedCache(
-            dataset, out, max_side=max_side, location="memory" if memory else "disk", workers=workers
+            dataset, out, max_side=max_side, location="memory" if memory else "disk", num_threads=num_threads
         )
     except (TorchloomError, OSError) as exc:
         print(f"torchloom cache: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -86,5 +93,4 @@ def is_within(path: str, folder: str) -> bool:
         >>> is_within("/data/train/cache", "/data/train"), is_within("/data/trainer", "/data/train")
         (True, False)
     """
-    resolved, root = os.path.realpath(path), os.path.realpath(folder)
-    return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
+    return lies_inside(os.path.realpath(path), os.path.realpath(folder))

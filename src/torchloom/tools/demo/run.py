@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from torchloom.collate import Collate, PadSequences
-from torchloom.datasets import Image, Key, Label, ManifestDataset
+from torchloom.datasets import Image, JoinKey, Label, ManifestDataset
 from torchloom.errors import ConfigError
 from torchloom.faults import FaultReport
 from torchloom.fusion import JoinedDataset, TimeSync
@@ -252,7 +252,7 @@ def _joined_train_split(root: str, prepared: PrepareResult, crop_size: int, seed
     pq.write_table(manifest, manifest_path)
     photos = ManifestDataset(
         manifest_path,
-        fields=[Key("id"), Image("image"), Label("label", classes=prepared.classes)],
+        fields=[JoinKey("id"), Image("image"), Label("label", classes=prepared.classes)],
         transform=Compose([RandomResizedCrop(crop_size, scale=(0.5, 1.0)), HorizontalFlip()]),
         on_error="skip",
         seed=seed,

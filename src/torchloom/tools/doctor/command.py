@@ -17,7 +17,7 @@ from torchloom.tools.doctor.diagnosis import DEFAULT_OUT, diagnose
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output, positive_int
 
 #: Rows of a terminal table before the rest is summarised (the report keeps them all).
 TABLE_ROWS = 20
@@ -35,7 +35,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help=f"folder for report.json and plots (default ./{DEFAULT_OUT})"
     )
-    parser.add_argument("--workers", type=int, default=None, help="reading threads (default: one per CPU)")
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="reading threads (default: one per CPU)"
+    )
     parser.add_argument(
         "--near-threshold",
         type=int,
@@ -52,13 +54,11 @@ def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     if not os.path.exists(args.data):
         parser.error(f"DATA {args.data!r} does not exist; pass a class folder, a split root or a manifest")
-    if args.workers is not None and args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
     if not 0 <= args.near_threshold < HASH_BITS:
         parser.error(f"--near-threshold must be in 0..{HASH_BITS - 1}, got {args.near_threshold}")
     try:
         report = diagnose(
-            args.data, workers=args.workers, progress=True, near_max_distance=args.near_threshold
+            args.data, num_threads=args.threads, progress=True, near_max_distance=args.near_threshold
         )
     except TorchloomError as exc:
         print(f"torchloom doctor: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -93,13 +93,13 @@ class DoctorReport:
 def diagnose(
     data: str | os.PathLike[str],
     *,
-    workers: int | None = None,
+    num_threads: int | None = None,
     progress: bool = False,
     near_max_distance: int = NEAR_MAX_DISTANCE,
 ) -> DoctorReport:
     """Examine the dataset at ``data`` (a class folder, split root or manifest) and report.
 
-    ``workers``: threads reading files (default one per CPU). ``near_max_distance``: perceptual
+    ``num_threads``: threads reading files (default one per CPU). ``near_max_distance``: perceptual
     hashes at most this many bits apart (of 64) are near duplicates.
 
     Example:
@@ -113,7 +113,7 @@ def diagnose(
     if not 0 <= near_max_distance < HASH_BITS:
         raise ConfigError(f"near_max_distance must be in 0..{HASH_BITS - 1}, got {near_max_distance}")
     layout = find_layout(os.fspath(data))
-    facts = examine_files(layout.paths.to_list(), workers=workers, progress=progress)
+    facts = examine_files(layout.paths.to_list(), num_threads=num_threads, progress=progress)
     groups = examination_groups(facts, near_max_distance=near_max_distance)
     pairs = duplicate_pairs(layout, facts, groups)
     document = build_document(layout, facts, groups, pairs, near_max_distance=near_max_distance)

@@ -49,11 +49,11 @@ BAND_BITS = HASH_BITS // BANDS
 
 
 def duplicate_groups(
-    paths: Sequence[str], *, near: bool = True, workers: int | None = None, progress: bool = False
+    paths: Sequence[str], *, near: bool = True, num_threads: int | None = None, progress: bool = False
 ) -> list[list[int]]:
     """Groups (of two or more indices into ``paths``) of exact or, with ``near``, near duplicates.
 
-    Files are read once each, in ``workers`` threads. Groups are connected components: A ≈ B
+    Files are read once each, in ``num_threads`` threads. Groups are connected components: A ≈ B
     and B ≈ C put A, B and C in one group. Files that cannot be read are in no group; files
     that can be read but not decoded still group with byte-identical copies. Groups are sorted,
     and ordered by their first index.
@@ -62,7 +62,7 @@ def duplicate_groups(
         >>> duplicate_groups([])
         []
     """
-    facts = examine_files(paths, workers=workers, progress=progress)
+    facts = examine_files(paths, num_threads=num_threads, progress=progress)
     return examination_groups(facts, near_max_distance=NEAR_MAX_DISTANCE if near else None)
 
 

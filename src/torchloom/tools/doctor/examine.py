@@ -17,7 +17,7 @@ Example:
     >>> good, text = os.path.join(folder, "a.jpg"), os.path.join(folder, "b.jpg")
     >>> _ = open(good, "wb").write(simplejpeg.encode_jpeg(np.zeros((80, 80, 3), np.uint8)))
     >>> _ = open(text, "wb").write(b"hello")
-    >>> facts = examine_files([good, text], workers=1)
+    >>> facts = examine_files([good, text], num_threads=1)
     >>> facts.problem.tolist(), facts.width.tolist(), facts.mode.tolist()
     ([None, 'not_an_image'], [80, 0], ['RGB', ''])
 """
@@ -217,21 +217,23 @@ class Examination:
         self.phash[rows] = phashes(np.stack(greys))
 
 
-def examine_files(paths: Sequence[str], *, workers: int | None = None, progress: bool = False) -> Examination:
-    """Examine every file of ``paths`` once, in ``workers`` threads (default: one per CPU).
+def examine_files(
+    paths: Sequence[str], *, num_threads: int | None = None, progress: bool = False
+) -> Examination:
+    """Examine every file of ``paths`` once, in ``num_threads`` threads (default: one per CPU).
 
     ``progress`` shows a bar on stderr (after a second) when stderr is a terminal.
     """
     facts = Examination.empty(paths)
     count = len(paths)
-    workers = workers or os.cpu_count() or 1
+    num_threads = num_threads or os.cpu_count() or 1
 
     def run_chunk(start: int) -> int:
         stop = min(start + CHUNK, count)
         facts.examine(start, stop)
         return stop - start
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=num_threads) as pool:
         done = pool.map(run_chunk, range(0, count, CHUNK))
         files = _one_per_file(done)
         for _ in Output().progress(files, total=count, description="examining") if progress else files:

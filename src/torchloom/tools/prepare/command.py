@@ -42,7 +42,7 @@ from torchloom.tools.prepare.pipeline import (
     prepare_dataset,
 )
 from torchloom.tools.prepare.split import parse_fractions
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, Output
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, Output, positive_int
 
 #: The one problem kind whose files stay in the manifest (duplicates given different labels).
 KEPT_KIND = "duplicate label conflict"
@@ -86,7 +86,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="keep exact and near-duplicate images together in one split (no leakage)",
     )
-    parser.add_argument("--workers", type=int, default=None, help="threads for hashing (default: a few)")
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="threads for hashing (default: a few)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(handler=run)
     return parser
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             materialize_mode=args.materialize,
             group_duplicates=args.group_duplicates,
-            workers=args.workers,
+            num_threads=args.threads,
             progress=not args.json,
         )
     except ConfigError as exc:

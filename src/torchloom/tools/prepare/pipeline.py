@@ -39,6 +39,7 @@ import pyarrow.parquet as pa_parquet
 
 from torchloom.datasets.discovery import Exclusion, find_tree
 from torchloom.errors import ConfigError
+from torchloom.io.files import lies_inside
 from torchloom.tools.doctor.duplicates import duplicate_groups
 from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
 from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
@@ -90,12 +91,12 @@ def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
     ``out``'s split folders would delete, and (when ``materializing``) split folders in ``out``
     that prepare did not make."""
     real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
-    if _inside(real_out, real_raw):
+    if lies_inside(real_out, real_raw):
         raise ConfigError(
             f"--out {out!r} is inside RAW {raw!r}; prepare never writes into RAW, choose another folder"
         )
     for name in (*SPLIT_NAMES, STAGING_FOLDER):
-        if _inside(real_raw, os.path.join(real_out, name)):
+        if lies_inside(real_raw, os.path.join(real_out, name)):
             raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
     ours = os.path.exists(os.path.join(out, f"{MANIFEST_STEM}.csv"))
     for name in SPLIT_NAMES if materializing else ():
@@ -116,7 +117,7 @@ def prepare_dataset(
     seed: int = 0,
     materialize_mode: MaterializeMode | None = None,
     group_duplicates: bool = False,
-    workers: int | None = None,
+    num_threads: int | None = None,
     progress: bool = False,
 ) -> PrepareResult:
     """Label, check, split and write (see the module docstring); give ``label_entries`` (from
@@ -131,7 +132,7 @@ def prepare_dataset(
     else:
         labelling = label_by_rules(files, rules or ())
     bar = partial(Output().progress, description="checking and hashing") if progress else None
-    checks = check_files(found.paths.to_list(), workers=workers, progress=bar)
+    checks = check_files(found.paths.to_list(), num_threads=num_threads, progress=bar)
     refused = [(found.relative(item.path), item.text) for item in found.refused]
     problems = _problems(labelling, refused, files, checks)
     rows = [
@@ -147,7 +148,8 @@ def prepare_dataset(
         for label in classes:
             check_folder_name(label, "label")
     # Groups come sorted, ordered by their first member (see duplicate_groups).
-    groups = duplicate_groups([found.paths[i] for i in rows], workers=workers) if group_duplicates else []
+    kept = [found.paths[i] for i in rows]
+    groups = duplicate_groups(kept, num_threads=num_threads) if group_duplicates else []
     unit_of, group_of = _units(len(paths), groups)
     problems["duplicate label conflict"] = _label_conflicts(groups, paths, labels)
     representative = {
@@ -283,6 +285,3 @@ def _atomic(path: str, write: Callable[[str], None]) -> None:
         if os.path.exists(temporary):
             os.remove(temporary)
 
-
-def _inside(path: str, root: str) -> bool:
-    return os.path.commonpath([path, root]) == root

@@ -57,7 +57,7 @@ class FileCheck:
 def check_files(
     paths: list[str],
     *,
-    workers: int | None = None,
+    num_threads: int | None = None,
     progress: Callable[..., Iterator[FileCheck]] | None = None,
 ) -> list[FileCheck]:
     """Check each image's header and hash its bytes, in threads; one :class:`FileCheck` per path."""
@@ -71,6 +71,6 @@ def check_files(
         except OSError as exc:
             return FileCheck("", f"{type(exc).__name__}: {exc}")
 
-    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=num_threads or min(8, os.cpu_count() or 1)) as pool:
         results = pool.map(check, paths)
         return list(progress(results, total=len(paths)) if progress is not None else results)

@@ -1,0 +1,95 @@
+"""The options every dataset shares: checked in one place, with one text, before a file is read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import write_jpeg
+from torchloom import FolderDataset, ManifestDataset
+from torchloom.datasets import HyperspectralDataset, VideoClipDataset, VolumeDataset
+from torchloom.errors import ConfigError, UsageError
+from torchloom.io.cube import ArrayCube
+
+MISSING = "/nonexistent/torchloom-options"
+# Every dataset, built from a source that does not exist: an option is refused before it is read.
+DATASETS: dict[str, Callable[..., object]] = {
+    "FolderDataset": lambda **options: FolderDataset(MISSING, **options),
+    "ManifestDataset": lambda **options: ManifestDataset(f"{MISSING}/m.csv", **options),
+    "VideoClipDataset": lambda **options: VideoClipDataset(MISSING, frames=2, **options),
+    "VolumeDataset": lambda **options: VolumeDataset(MISSING, **options),
+    "HyperspectralDataset": lambda **options: HyperspectralDataset(f"{MISSING}/scene.hdr", **options),
+}
+FILE_DATASETS = ["FolderDataset", "ManifestDataset", "VideoClipDataset", "VolumeDataset"]
+PROBED_DATASETS = ["VideoClipDataset", "VolumeDataset"]
+
+
+def error_text(build: Callable[..., object], **options: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        build(**options)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "text"),
+    [
+        ({"on_error": "ignore"}, "Invalid on_error='ignore'; must be one of ('raise', 'skip', 'retry')"),
+        ({"seed": -1}, "seed must be an int >= 0, got seed=-1"),
+        ({"seed": 1.5}, "seed must be an int >= 0, got seed=1.5"),
+        ({"debug": "yes"}, "debug must be True or False, got debug='yes'"),
+    ],
+)
+def test_every_dataset_refuses_a_bad_sample_option_with_one_text(options: dict[str, Any], text: str) -> None:
+    for name, build in DATASETS.items():
+        assert error_text(build, **options) == text, name
+
+
+@pytest.mark.parametrize(
+    ("options", "text"),
+    [
+        ({"num_threads": 0}, "num_threads must be an int >= 1 or None, got num_threads=0"),
+        ({"num_threads": "4"}, "num_threads must be an int >= 1 or None, got num_threads='4'"),
+        ({"strict": 1}, "strict must be True or False, got strict=1"),
+        ({"progress": None}, "progress must be True or False, got progress=None"),
+    ],
+)
+def test_every_file_dataset_refuses_a_bad_indexing_option_with_one_text(
+    options: dict[str, Any], text: str
+) -> None:
+    for name in FILE_DATASETS:
+        assert error_text(DATASETS[name], **options) == text, name
+
+
+def test_validate_is_checked_against_what_each_dataset_offers() -> None:
+    for name in ("FolderDataset", "ManifestDataset"):
+        assert error_text(DATASETS[name], validate="deep") == (
+            "Invalid validate='deep'; must be one of ('none', 'exists', 'header', 'full')"
+        ), name
+    for name in PROBED_DATASETS:  # they read every header to index the files: no "none" or "exists"
+        for mode in ("deep", "none"):
+            text = error_text(DATASETS[name], validate=mode)
+            assert text == f"Invalid validate={mode!r}; must be one of ('header', 'full')", name
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it() -> None:
+    for name, build in DATASETS.items():
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'workers'"):
+            build(workers=2)
+    with pytest.raises(UsageError, match=r"'on_eror'; did you mean on_error=\?"):
+        FolderDataset(MISSING, on_eror="skip")  # type: ignore[call-arg]
+    # A dataset of cubes indexes no files: the indexing options are not among its keywords.
+    with pytest.raises(UsageError, match="'validate'; its options are"):
+        HyperspectralDataset(ArrayCube(np.zeros((2, 2, 1))), validate="full")  # type: ignore[call-arg]
+
+
+def test_the_checked_options_reach_the_dataset(tmp_path: Path) -> None:
+    write_jpeg(tmp_path / "cat" / "a.jpg")
+    transform = lambda image, rng: image  # noqa: E731 - the smallest transform(image, rng)
+    dataset = FolderDataset(tmp_path, transform=transform, on_error="skip", seed=7, progress=False)
+    assert dataset.transform is transform and dataset.policy.on_error == "skip" and dataset.seed == 7
+    cubes = HyperspectralDataset(ArrayCube(np.zeros((2, 2, 1))), labels=[3], seed=np.int64(5), debug=True)
+    assert cubes.seed == 5 and cubes.debug is True and cubes[0]["label"] == 3
