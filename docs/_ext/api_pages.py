@@ -158,10 +158,41 @@ def page_text(page: str, entries: list[Entry]) -> str:
                 f"     - :py:mod:`{entry.home}`",
             ]
         lines.append("")
-    for entry in mine:
-        if entry.home == page:
-            lines += _entry_text(entry)
+    homed = [entry for entry in mine if entry.home == page]
+    for entry in homed:
+        lines += _entry_text(entry)
+    lines += _module_notes(page, homed)
     return "\n".join(lines)
+
+
+def _module_notes(page: str, homed: list[Entry]) -> list[str]:
+    """The docstrings of the modules that define this page's entries (how a name works is often
+    written there, once for all of a module's names), each under its module's name."""
+    module = importlib.import_module(page)
+    defining = sorted(
+        {
+            defined_in
+            for entry in homed
+            if isinstance(defined_in := getattr(getattr(module, entry.name), "__module__", None), str)
+            and defined_in != page
+            and defined_in.startswith(page + ".")
+            and inspect.getdoc(importlib.import_module(defined_in))
+        }
+    )
+    if not defining:
+        return []
+    lines = ["How they work", "-------------", ""]
+    for name in defining:
+        lines += [
+            f"``{name}``",
+            "~" * (len(name) + 4),
+            "",
+            f".. automodule:: {name}",
+            "   :no-members:",
+            "   :no-index:",
+            "",
+        ]
+    return lines
 
 
 def _write_if_changed(path: Path, text: str) -> None:
