@@ -131,7 +131,8 @@ class Epochs:
 
     @property
     def resuming(self) -> bool:
-        """A loaded position stands: nothing has moved it since the load, and no iteration began."""
+        """Whether a loaded position stands (nothing has moved it since the load, and no iteration
+        has begun since)."""
         return self.loaded is not None
 
     def set_epoch(self, epoch: int) -> bool:
