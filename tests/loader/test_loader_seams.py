@@ -123,6 +123,23 @@ def test_set_epoch_of_an_epoch_read_to_its_end_reads_it_again_as_its_state_says(
     assert indices(resumed) == indices(loader) == epoch_of(kind, 1)
 
 
+@pytest.mark.parametrize("after", ["a break", "its end"])
+def test_a_torchloom_samplers_own_set_epoch_of_its_epoch_is_seen_by_the_loader(after: str) -> None:
+    """Lightning calls ``loader.sampler.set_epoch(e)`` for a validation loader it read before; a
+    torchloom sampler's state shows it (a plain sampler's ``set_epoch(e)`` of its own epoch cannot)."""
+    loader = loader_of("IndexSampler")
+    if after == "a break":
+        first(loader, 2)
+    else:
+        indices(loader)
+    loader.sampler.set_epoch(0)  # type: ignore[attr-defined]
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (0, 0)
+    resumed = loader_of("IndexSampler")
+    resumed.load_state_dict(state)
+    assert indices(resumed) == indices(loader) == epoch_of("IndexSampler", 0)
+
+
 @pytest.mark.parametrize("kind", ["DistributedSampler", "StatefulDistributedSampler"])
 def test_the_samplers_own_set_epoch_after_a_load_leaves_no_stale_batch_count(kind: str) -> None:
     _, middle = at_batch(kind, 1, 2)

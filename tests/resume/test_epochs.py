@@ -129,12 +129,19 @@ def test_a_load_that_loses_to_a_later_epoch_warns_in_either_order(order: str) ->
     assert (epochs.epoch, epochs.resuming) == (2, False)
 
 
-def test_a_stream_consumer_at_the_end_of_its_epoch_loses_to_the_next_quietly() -> None:
+def test_a_position_with_nothing_left_to_read_loses_to_a_later_epoch_quietly() -> None:
     stream = Epochs("Stream", finished_moves_on=False)
     stream.set_epoch(3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing of epoch 2 was left for this consumer to read
-        assert stream.load(2, finished=True) is None
+        assert stream.load(2, finished=True, left=False) is None
+        stream.begin()
+        stream.load(2, finished=True, left=False)
+        stream.set_epoch(3)
+    reading = Epochs("Stream", finished_moves_on=False)
+    reading.set_epoch(3)
+    with pytest.warns(UserWarning, match="is not resumed"):  # records of epoch 2 were left: lost
+        reading.load(2, finished=False)
 
 
 def test_a_load_without_an_epoch_belongs_to_the_epoch_set_around_it() -> None:
@@ -165,6 +172,32 @@ def test_a_loop_one_behind_a_checkpoint_is_told_what_is_read_and_then_that_it_re
         warnings.simplefilter("error")
         epochs.set_epoch(1)  # a repeat asked for again (a validation loop): quiet
         epochs.set_epoch(2)
+
+
+def test_a_rank_with_nothing_left_is_at_its_start_unless_its_share_was_consumed_before() -> None:
+    from torchloom import MixtureSampler
+
+    empty = IndexSampler(3, seed=1, rank=1, world_size=5, drop_last=True)  # nothing, from the start
+    resumed = IndexSampler(3, seed=1, rank=1, world_size=5, drop_last=True)
+    resumed.load_state_dict(empty.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # losing a position with nothing to read costs nothing
+        assert resumed.epoch == 0
+        resumed.set_epoch(1)
+
+    def mixture(rank: int, world: int) -> MixtureSampler:
+        return MixtureSampler(
+            [20, 14], [1, 1], batch_size=2, seed=5, rank=rank, world_size=world, drop_last=True
+        )
+
+    two = mixture(0, 2)
+    two.set_epoch(1)
+    iterator = iter(two)
+    for _ in range(12):
+        next(iterator)
+    three = mixture(0, 3)  # 12 of 14 units consumed: on 3 ranks, nothing more of epoch 1 for anyone
+    three.load_state_dict(two.state_dict())
+    assert three.epoch == 2 and len(three) > 0, "a consumed epoch resumes into the whole next one"
 
 
 # --- every owner resolves the same way -------------------------------------------------------------

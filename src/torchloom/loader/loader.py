@@ -99,9 +99,10 @@ class Loader(Resumable):
     ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``) is followed, since it has happened:
     the state is then the start of that epoch; made before a load, it competes with the load as
     ``Loader.set_epoch`` does; made after one, a plain sampler's epoch is read whole (torchloom's
-    samplers apply the rules themselves). A new iteration after one stopped early (``break``) starts
-    the epoch over, as a DataLoader's does; the state taken after the stop, until then, is the stopped
-    position, to resume from.
+    samplers apply the rules themselves). A plain sampler's ``set_epoch`` of the epoch it is already
+    in changes nothing the Loader can see: call ``loader.set_epoch`` for that. A new iteration after
+    one stopped early (``break``) starts the epoch over, as a DataLoader's does; the state taken after
+    the stop, until then, is the stopped position, to resume from.
 
     Example:
         >>> import torch

@@ -121,6 +121,9 @@ class SamplerPosition:
         self._delivered: Position | None = None  # after the last delivered batch, or a loaded position
         self._loaded: Position | None = None  # a loaded position the next pass resumes, while it stands
         self._dataset_epoch: int | None = None
+        # A torchloom sampler's state as this Loader last saw it: another one means that the sampler's
+        # own set_epoch or load moved it (Lightning calls loader.sampler.set_epoch).
+        self._seen: dict[str, Any] | None = None
         self._pass_settings: dict[str, int | bool] = {}  # the settings, as the current pass began
         self._warned_random = False
 
@@ -136,12 +139,10 @@ class SamplerPosition:
         """``set_epoch`` of the Loader: the rules decide; the dataset is told the epoch that is read."""
         self._follow_sampler()
         if self._keeper is not None:
-            before = self._keeper.state_dict()
             if self._takes_epochs is not None:
                 self._takes_epochs.set_epoch(epoch)  # the sampler applies the rules (and warns)
-            if self._keeper.state_dict() != before:
-                self._moved()
-            self._epochs.follow(self._keeper_epoch())
+            self._follow_sampler()
+            self._epochs.follow(self._keeper_epoch())  # nothing is finished after a set_epoch
         elif self._epochs.set_epoch(epoch):
             if not self._epochs.resuming:
                 self._moved()
@@ -157,8 +158,17 @@ class SamplerPosition:
         return self._epochs.epoch if epoch is None else epoch
 
     def _follow_sampler(self) -> None:
-        """Take the sampler's epoch when its own ``set_epoch`` moved it since this Loader last looked
-        (Lightning calls ``loader.sampler.set_epoch``): the position is the start of that epoch."""
+        """Take the sampler's position when it moved since this Loader last looked: the start of the
+        epoch its own ``set_epoch`` asked for (Lightning calls ``loader.sampler.set_epoch``). A
+        torchloom sampler says so in its state, also for the epoch it is in; another sampler only by
+        a change of its ``epoch`` (``set_epoch`` of the epoch it is in cannot be seen)."""
+        if self._keeper is not None:
+            state = self._keeper.state_dict()
+            if state != self._seen:
+                self._seen = state
+                self._epochs.follow(self._keeper_epoch())
+                self._moved()
+            return
         epoch = reported_epoch(self.sampler)
         if epoch is not None and epoch != self._epochs.epoch:
             self._epochs.follow(epoch)
@@ -185,6 +195,7 @@ class SamplerPosition:
         if self._foreign is not None and loaded is not None and loaded[KEY_SAMPLER]:
             self._foreign.load_state_dict(loaded[KEY_SAMPLER])
         keys = iter(self.sampler)
+        self._seen = self._sampler_state() if self._keeper is not None else None
         if self._counted and batches:
             keys = itertools.islice(keys, batches * self._batch_size, None)  # fast-forward
         self._epochs.begin()
@@ -226,8 +237,12 @@ class SamplerPosition:
         return self._record(self._sampler_state() if self._keeper is not None else {}, 0, epoch)
 
     def _sampler_state(self) -> dict[str, Any]:
-        holder = self._keeper if self._keeper is not None else self._foreign
-        return {} if holder is None else holder.state_dict()
+        """The sampler's state now (``{}`` for a sampler without one); a torchloom sampler's is what
+        this Loader has seen of it."""
+        if self._keeper is not None:
+            self._seen = self._keeper.state_dict()
+            return self._seen
+        return {} if self._foreign is None else self._foreign.state_dict()
 
     def _record(
         self, sampler_state: dict[str, Any], batches: int, epoch: int, settings: dict[str, Any] | None = None
@@ -292,7 +307,8 @@ class SamplerPosition:
                 "resume exactly (a checkpoint at an epoch's end loads with any sampler)"
             )
         where = f"{batches} batches in"
-        resumed = self._epochs.load(epoch, finished=False, at_start=not batches, position=where)
+        left = batches < self._epoch_batches()
+        resumed = self._epochs.load(epoch, finished=False, at_start=not batches, left=left, position=where)
         if resumed is None:
             return  # set_epoch asked for a later epoch before this load: the later epoch wins
         self._delivered = self._loaded = {
@@ -313,12 +329,12 @@ class SamplerPosition:
                 "build the Loader with the sampler the checkpoint was written with"
             )
         keeper.load_state_dict(state[KEY_SAMPLER])  # it applies the rules (and warns when it loses)
-        epoch = self._keeper_epoch()
-        self._epochs.follow(epoch)
+        self._follow_sampler()
+        epoch = self._epochs.epoch
         saved_epoch = state.get(KEY_EPOCH)
         # The saved batch count holds where the sampler resumed the saved epoch (not after its end).
         batches = int(state[KEY_BATCHES]) if saved_epoch is not None and int(saved_epoch) == epoch else 0
-        self._delivered = self._loaded = self._record(keeper.state_dict(), batches, epoch)
+        self._delivered = self._loaded = self._record(self._sampler_state(), batches, epoch)
         self._tell_dataset(epoch, always=True)
 
     def _check_settings(self, saved: dict[str, Any]) -> None:

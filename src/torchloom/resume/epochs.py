@@ -20,7 +20,8 @@ its key iterator, a stream counts records, the Loader records each delivered bat
    set around the load.
 4. A position at the end of its epoch resumes into the whole next epoch (samplers, the Loader), or
    into nothing more of it (``finished_moves_on=False``: one consumer of a stream, which cannot know
-   that the others are done; losing to a later ``set_epoch`` then costs nothing and is quiet).
+   that the others are done). A position with nothing left to read (that consumer; a rank with
+   nothing to read) loses to a later ``set_epoch`` quietly: it costs nothing.
 5. An iteration settles rule 3: once it has begun, ``set_epoch`` moves to any epoch and a load applies
    whatever epoch was asked for before. (A stream's reading process cannot tell a ``set_epoch`` made
    before its last iteration from a new one; see :mod:`torchloom.resume.streams`.)
@@ -126,6 +127,7 @@ class Epochs:
         self.finished: int | None = None
         self._checkpoint = ""  # the loaded position, in words, while it stands
         self._whole = False  # it resumes into a whole epoch (it was the end of the one before)
+        self._left = True  # something is left to read from it (losing it then loses that)
         self._floating = False  # the loaded position has no epoch of its own: the next set_epoch's
         self._overruled: int | None = None  # the epoch that won against a set_epoch, until it is read
 
@@ -148,8 +150,9 @@ class Epochs:
                 self._overruled = self.epoch
                 warnings.warn(self._losing_set_epoch(epoch), stacklevel=user_stacklevel())
                 return False
-            message = self._losing_load(self._checkpoint, self.epoch, epoch)
-            warnings.warn(message, stacklevel=user_stacklevel())
+            if self._left:
+                message = self._losing_load(self._checkpoint, self.epoch, epoch)
+                warnings.warn(message, stacklevel=user_stacklevel())
             self.loaded = None
         if self._overruled == epoch and self.finished == epoch:
             warnings.warn(
@@ -182,14 +185,21 @@ class Epochs:
         return epoch + 1 if finished and self.finished_moves_on else epoch
 
     def load(
-        self, epoch: int | None, *, finished: bool, at_start: bool = False, position: str = ""
+        self,
+        epoch: int | None,
+        *,
+        finished: bool,
+        at_start: bool = False,
+        left: bool = True,
+        position: str = "",
     ) -> int | None:
         """Record a position loaded from a checkpoint of ``epoch`` (``finished``: at its end;
         ``at_start``: at its start, as the Loader records the end of the epoch before; None: a
         checkpoint that did not record its epoch) and return the epoch it resumes in, which is now the
-        epoch (rule 4); or None when a ``set_epoch`` of a later epoch wins (rule 3), with a warning
-        unless nothing of the position's epoch was left to read. ``position`` says where in its epoch
-        it is, for the warnings (``"3 batches in"``)."""
+        epoch (rule 4); or None when a ``set_epoch`` of a later epoch wins (rule 3). The position that
+        loses, then or to a later ``set_epoch``, warns, unless nothing was ``left`` to read from it
+        (an exhausted stream consumer, a rank with nothing to read). ``position`` says where in its
+        epoch it is, for the warnings (``"3 batches in"``)."""
         if epoch is None:
             self._floating = self.requested is None
             self.epoch = self.loaded = self.epoch if self.requested is None else self.requested
@@ -201,13 +211,14 @@ class Epochs:
             else:
                 checkpoint = f"a checkpoint of epoch {epoch}" + (f" ({position})" if position else "")
             if not self.admits(resume):
-                if self.finished_moves_on or not finished:  # else nothing of its epoch was left
+                if left:
                     message = self._losing_load(checkpoint, resume, self.requested)
                     warnings.warn(message, stacklevel=user_stacklevel())
                 return None
             self.epoch = self.loaded = resume
             self._checkpoint, self._whole = checkpoint, resume != epoch or at_start
             self._floating = False
+        self._left = left
         self.finished = self._overruled = None
         return self.epoch
 

@@ -191,7 +191,8 @@ class ConsumerStream(IterableDataset[Record], Resumable):
         epoch = None
         if pending is not None:
             position = f"{pending[KEY_CONSUMED]} records in"
-            epoch = epochs.load(pending[KEY_EPOCH], finished=pending[KEY_EXHAUSTED], position=position)
+            exhausted = pending[KEY_EXHAUSTED]
+            epoch = epochs.load(pending[KEY_EPOCH], finished=exhausted, left=not exhausted, position=position)
         if pending is None or epoch is None:
             self._consumed = self._entry = self._offset = 0
             self._exhausted = False

@@ -345,9 +345,12 @@ class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch
             yielded = 0
         start = min(start, total_units)
         length = len(split_units(self._units(epoch)[start:], *split, self.drop_last)) * self.unit
-        # A rank with nothing to read is at the start of its epoch as much as at its end: the start.
-        finished = yielded >= length > 0
-        resumed = self._epochs.load(epoch, finished=finished, position=f"{yielded} of {length} yielded")
+        # A rank with nothing to read at all is at the start of its epoch as much as at its end: the
+        # start. One whose share was all consumed before this split (an elastic resume) is finished.
+        finished = yielded >= length and (yielded > 0 or start > 0)
+        left = finished or yielded < length  # the whole next epoch, or the rest of this one
+        where = f"{yielded} of {length} yielded"
+        resumed = self._epochs.load(epoch, finished=finished, left=left, position=where)
         if resumed is None:
             return  # set_epoch asked for a later epoch before this load: the later epoch wins
         self._start_epoch(resumed)
