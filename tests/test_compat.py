@@ -24,6 +24,7 @@ from torchloom._compat import (
     register_seed_sequence,
     storage_objects_live_with_their_storage,
     storage_users,
+    user_stacklevel,
     view_base,
 )
 from torchloom.errors import SkippedSampleError
@@ -44,6 +45,30 @@ def broken(assumption: str, consequence: str, *packages: str) -> str:
     tested = ", ".join(f"{package} {TESTED_WITH[package]}" for package in packages)
     now = ", ".join(f"{package} {running(package)}" for package in packages)
     return f"{assumption}: {consequence}. Tested with {tested}; running {now}. See torchloom/_compat.py"
+
+
+# --- CPython frames ------------------------------------------------------------------------------
+
+FRAMES = (
+    "CPython's frames no longer lead from a warning inside torchloom to the line that called it",
+    "a warning about resume (a set_epoch or load that loses) would name a line inside torchloom instead "
+    "of the user's",
+    "python",
+)
+
+
+def test_a_warning_from_deep_inside_torchloom_names_the_users_line() -> None:
+    from torchloom import Loader
+    from torchloom.samplers import IndexSampler
+
+    assert user_stacklevel() == 1, broken(*FRAMES)  # called from here: this frame
+    sampler = IndexSampler(4)
+    sampler.set_epoch(2)
+    loader = Loader(list(range(4)), batch_size=2, sampler=IndexSampler(4), collate_fn=list)
+    loader.load_state_dict({"sampler": sampler.state_dict(), "batches": 0, "epoch": 2})
+    with pytest.warns(UserWarning, match="the later epoch wins") as caught:
+        loader.set_epoch(0)  # Loader -> its position -> IndexSampler -> the epoch rules -> warn
+    assert caught[0].filename == __file__, broken(*FRAMES)
 
 
 # --- CPython reference counts --------------------------------------------------------------------

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import weakref
 from collections.abc import Sequence
@@ -236,3 +237,29 @@ def accelerate_shard_processes(*, frames: int) -> int | None:
             processes = int(getattr(owner, "num_processes", 1))
             return processes if processes > 1 else None
     return None
+
+
+# --- CPython frames --------------------------------------------------------------------------
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes ``warnings.warn``, called by the function calling this one,
+    name the first line outside torchloom: the user's call, however deep inside torchloom it
+    warns (a Loader passing ``set_epoch`` on to its sampler, a load inside ``load_state_dict``).
+
+    Relies on CPython frames (``sys._getframe``, ``f_back``, ``f_code.co_filename``); where they
+    are missing, names the caller of the warning function.
+
+    Example:
+        >>> user_stacklevel()  # called from here, outside torchloom: this line
+        1
+    """
+    getframe = getattr(sys, "_getframe", None)
+    if getframe is None:
+        return 2
+    frame, level = getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -47,8 +47,11 @@ def test_load_then_set_epoch_the_later_epoch_wins(requested: int, taken: bool) -
         warnings.simplefilter("always")
         assert epochs.set_epoch(requested) is taken
     assert epochs.epoch == max(requested, 1)
-    if taken:
+    if requested == 1:
         assert not caught
+    elif taken:  # the loaded position loses to a later epoch, and says so
+        assert len(caught) == 1
+        assert "a checkpoint of epoch 1 was loaded but is not resumed: set_epoch(2)" in str(caught[0].message)
     else:
         assert len(caught) == 1
         assert "Owner.set_epoch(0) after loading a checkpoint of epoch 1: the later epoch wins" in str(
@@ -100,6 +103,101 @@ def test_an_epoch_set_from_outside_is_a_request_nothing_refuses() -> None:
 def test_the_rule_between_a_load_and_a_request() -> None:
     assert loaded_epoch_wins(2, None) and loaded_epoch_wins(2, 2) and loaded_epoch_wins(3, 2)
     assert not loaded_epoch_wins(1, 2)
+
+
+def test_the_current_epoch_again_starts_over_once_an_iteration_began_and_a_loaded_one_is_kept() -> None:
+    epochs = Epochs("Owner")
+    epochs.set_epoch(2)
+    epochs.begin()
+    assert epochs.set_epoch(2) and not epochs.resuming, "after a break or its end: from its start"
+    epochs.load(2, finished=False)
+    assert epochs.set_epoch(2) and epochs.resuming, "a resumed epoch continues"
+    epochs.begin()
+    assert not epochs.resuming
+
+
+@pytest.mark.parametrize("order", ["set_epoch, load", "load, set_epoch"])
+def test_a_load_that_loses_to_a_later_epoch_warns_in_either_order(order: str) -> None:
+    epochs = Epochs("Owner")
+    with pytest.warns(UserWarning, match=r"epoch 1 \(4 in\) was loaded but is not resumed: set_epoch\(2\)"):
+        if order == "set_epoch, load":
+            epochs.set_epoch(2)
+            assert epochs.load(1, finished=False, position="4 in") is None
+        else:
+            epochs.load(1, finished=False, position="4 in")
+            epochs.set_epoch(2)
+    assert (epochs.epoch, epochs.resuming) == (2, False)
+
+
+def test_a_position_with_nothing_left_to_read_loses_to_a_later_epoch_quietly() -> None:
+    stream = Epochs("Stream", finished_moves_on=False)
+    stream.set_epoch(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing of epoch 2 was left for this consumer to read
+        assert stream.load(2, finished=True, left=False) is None
+        stream.begin()
+        stream.load(2, finished=True, left=False)
+        stream.set_epoch(3)
+    reading = Epochs("Stream", finished_moves_on=False)
+    reading.set_epoch(3)
+    with pytest.warns(UserWarning, match="is not resumed"):  # records of epoch 2 were left: lost
+        reading.load(2, finished=False)
+
+
+def test_a_load_without_an_epoch_belongs_to_the_epoch_set_around_it() -> None:
+    after = Epochs("Owner")
+    assert after.load(None, finished=False) == 0
+    assert after.set_epoch(3) and after.resuming and after.epoch == 3
+    before = Epochs("Owner")
+    before.set_epoch(2)
+    assert before.load(None, finished=False) == 2 and before.resuming
+
+
+def test_a_loop_one_behind_a_checkpoint_is_told_what_is_read_and_then_that_it_repeats() -> None:
+    epochs = Epochs("Owner")
+    epochs.load(0, finished=True)
+    with pytest.warns(UserWarning) as lost:
+        assert not epochs.set_epoch(0)
+    message = str(lost[0].message)
+    assert "after loading a checkpoint at the end of epoch 0" in message
+    assert "reads epoch 1 whole, not epoch 0" in message and "Start your epoch loop at epoch 1" in message
+    assert lost[0].filename == __file__
+    epochs.begin()
+    epochs.finish(1)
+    with pytest.warns(UserWarning, match="epoch 1 was read to its end already") as repeat:
+        assert epochs.set_epoch(1) and not epochs.resuming
+    assert repeat[0].filename == __file__
+    epochs.finish(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        epochs.set_epoch(1)  # a repeat asked for again (a validation loop): quiet
+        epochs.set_epoch(2)
+
+
+def test_a_rank_with_nothing_left_is_at_its_start_unless_its_share_was_consumed_before() -> None:
+    from torchloom import MixtureSampler
+
+    empty = IndexSampler(3, seed=1, rank=1, world_size=5, drop_last=True)  # nothing, from the start
+    resumed = IndexSampler(3, seed=1, rank=1, world_size=5, drop_last=True)
+    resumed.load_state_dict(empty.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # losing a position with nothing to read costs nothing
+        assert resumed.epoch == 0
+        resumed.set_epoch(1)
+
+    def mixture(rank: int, world: int) -> MixtureSampler:
+        return MixtureSampler(
+            [20, 14], [1, 1], batch_size=2, seed=5, rank=rank, world_size=world, drop_last=True
+        )
+
+    two = mixture(0, 2)
+    two.set_epoch(1)
+    iterator = iter(two)
+    for _ in range(12):
+        next(iterator)
+    three = mixture(0, 3)  # 12 of 14 units consumed: on 3 ranks, nothing more of epoch 1 for anyone
+    three.load_state_dict(two.state_dict())
+    assert three.epoch == 2 and len(three) > 0, "a consumed epoch resumes into the whole next one"
 
 
 # --- every owner resolves the same way -------------------------------------------------------------
@@ -178,7 +276,8 @@ def test_every_owner_lets_the_later_epoch_win_in_either_order(
         assert seen + rest == read_epoch(make, tmp_path, 1), (name, order, requested)
     else:  # the later epoch wins: the whole of it
         assert rest == read_epoch(make, tmp_path, requested), (name, order, requested)
-    refused = order == "load, set_epoch" and requested < 1
-    # A set_epoch that loses warns where it is called; a stream's resolves in the reading process.
+    # Whichever loses warns where it is called: a set_epoch of an earlier epoch after the load, or the
+    # load against a later set_epoch; a stream's resolves (and warns) in the reading process.
+    lost = (order == "load, set_epoch" and requested < 1) or requested > 1
     warned = [w for w in caught if "the later epoch wins" in str(w.message)]
-    assert len(warned) == (refused and name != "StreamDataset"), [str(w.message) for w in caught]
+    assert len(warned) == (lost and name != "StreamDataset"), [str(w.message) for w in caught]

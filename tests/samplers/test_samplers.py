@@ -415,3 +415,27 @@ def test_numpy_numbers_given_to_a_sampler_make_a_plain_checkpoint(tmp_path: Any)
         buffer.seek(0)
         assert torch.load(buffer, weights_only=True) == state
         sampler.load_state_dict(json.loads(json.dumps(state)))
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_set_epoch_of_an_epoch_read_to_its_end_reads_it_again_and_its_state_agrees(name: str) -> None:
+    sampler = SAMPLERS[name]()
+    whole = epoch_indices(sampler, 0)
+    sampler.set_epoch(0)  # as Lightning's validation loop does before every validation
+    state = sampler.state_dict()
+    assert (state["epoch"], state["yielded"]) == (0, 0) and [int(k) for k in sampler] == whole
+    resumed = SAMPLERS[name]()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)
+    assert [int(k) for k in resumed] == whole
+
+
+def test_a_rank_with_nothing_to_read_resumes_its_start_as_the_start() -> None:
+    empty = BalancedSampler([0, 1, 1], seed=0, num_samples=3, rank=3, world_size=4, drop_last=True)
+    assert len(empty) == 0
+    resumed = BalancedSampler([0, 1, 1], seed=0, num_samples=3, rank=3, world_size=4, drop_last=True)
+    resumed.load_state_dict(empty.state_dict())
+    assert resumed.epoch == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resumed.set_epoch(0)  # not a set_epoch that loses to a loaded later epoch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +137,26 @@ def test_resume_without_shuffle_starts_at_the_saved_shard() -> None:
     resumed.load_state_dict(state)
     opened.clear()
     assert [r["id"] for r in resumed] == [22, 30, 31, 32] and opened == ["2", "3"]
+
+
+def test_a_rollback_load_after_a_later_epoch_warns_and_set_epoch_rolls_back(tmp_path: Path) -> None:
+    """A stream's workers cannot tell an old set_epoch from a new one: the last one keeps competing
+    with a load; the load that loses says so, and set_epoch(the checkpoint's epoch) resumes it."""
+    shards = write_shards(tmp_path, [4, 4, 4])
+    dataset = StreamDataset(shards, shuffle_buffer=3, seed=1)
+    dataset.set_epoch(1)
+    iterator = iter(dataset)
+    taken = [next(iterator)["id"] for _ in range(5)]
+    state = dataset.state_dict()
+    epoch_one = taken + [record["id"] for record in iterator]
+    dataset.set_epoch(2)
+    epoch_two = [record["id"] for record in dataset]
+    dataset.load_state_dict(state)
+    with pytest.warns(UserWarning, match=r"epoch 1 \(5 records in\) was loaded but is not resumed") as caught:
+        assert [record["id"] for record in dataset] == epoch_two
+    assert "call set_epoch(1)" in str(caught[0].message)
+    dataset.load_state_dict(state)
+    dataset.set_epoch(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert taken + [record["id"] for record in dataset] == epoch_one

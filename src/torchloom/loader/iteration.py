@@ -1,16 +1,17 @@
 """One pass of the thread :class:`~torchloom.Loader` over its sampler: the threads and the order.
 
-The Loader says, through a :class:`PassPlan`, where a pass starts, what the position is after each
-batch and at the end of the epoch, and how a batch is loaded; the pass draws keys ahead, keeps the
-fetches in flight on a thread pool, delivers batches in order and tells the Loader each delivered
-batch's position.
+The Loader says, through a :class:`PassPlan`, where a pass starts (a :class:`PassStart`: the epoch,
+the batches before it and the sampler's keys from there), what the position is after each batch and
+at the end of the epoch, and how a batch is loaded; the pass draws keys ahead, keeps the fetches in
+flight on a thread pool, delivers batches in order and tells the Loader each delivered batch's
+position.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,18 +29,28 @@ class Deliver(Protocol):
 
 
 @dataclass(frozen=True)
+class PassStart:
+    """Where a pass starts, as the Loader settled it when the pass began."""
+
+    #: The sampler's keys from the pass's first batch on (those a resume skips left out).
+    keys: Iterator[Any]
+    #: Batches of the epoch delivered before the pass's first (a resumed position).
+    batches: int
+    epoch: int
+
+
+@dataclass(frozen=True)
 class PassPlan:
     """What the Loader tells each pass: its settings, where the pass starts, the position after a
     number of batches (and after the whole epoch), how a batch is fetched, and where each delivered
     batch's position goes (``finished``: the epoch's last)."""
 
-    sampler: Iterable[Any]
     batch_size: int
     drop_last: bool
     num_threads: int
     prefetch: int
-    #: Batches a resume skips, and the epoch of the pass.
-    begin: Callable[[], tuple[int, int]]
+    #: Called at the first ``next``; the Loader's position is then the pass's start.
+    begin: Callable[[], PassStart]
     position: Callable[[int, int], Position]
     end_of_epoch: Callable[[int, int], Position]
     fetch: Callable[[Sequence[Any]], Any]
@@ -70,19 +81,14 @@ class LoaderIteration:
         self._exhausted = False
         self._finished: Position | None = None  # the position once the epoch is drawn to its end
         self._keys: Iterator[Any] = iter(())
-        self._drawn = 0  # batches of the epoch drawn so far, those a resume skipped included
+        self._drawn = 0  # batches of the epoch drawn so far, those before a resumed position included
         self._epoch = 0
 
     def _start(self) -> None:
         """Begin the epoch at the first ``next``: draw keys, start the threads, fetch ahead."""
         self._started = True
-        plan = self._plan
-        skip, self._epoch = plan.begin()
-        self._drawn = skip
-        plan.deliver(plan.position(skip, self._epoch), finished=False)
-        self._keys = iter(plan.sampler)
-        if skip:
-            self._keys = itertools.islice(self._keys, skip * plan.batch_size, None)  # fast-forward
+        start = self._plan.begin()
+        self._keys, self._drawn, self._epoch = start.keys, start.batches, start.epoch
         self._start_threads()
         try:
             self._fill()

@@ -36,15 +36,11 @@ from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
 from torchloom.loader.iteration import LoaderIteration, PassPlan
 from torchloom.loader.pinning import pin_batch
-from torchloom.resume.epochs import Epochs, HasEpoch, SetsEpoch
-from torchloom.resume.state import Resumable, Stateful, check_epoch
+from torchloom.loader.position import KEY_BATCHES, KEY_SAMPLER, SamplerPosition
+from torchloom.resume.state import Resumable, check_epoch
 from torchloom.samplers.contract import UnitSampler
 from torchloom.samplers.index import IndexSampler
 
-KEY_SAMPLER = "sampler"
-KEY_BATCHES = "batches"
-#: The epoch of the position, for a sampler without a state of its own (e.g. DistributedSampler).
-KEY_EPOCH = "epoch"
 # Threads used when num_threads is not given: one per core, but not more than this.
 MAX_DEFAULT_THREADS = 8
 
@@ -92,15 +88,21 @@ class Loader(Resumable):
 
     Resume: :meth:`state_dict` is the position after the last batch delivered (not the batches
     being built ahead); :meth:`load_state_dict` makes the next iteration deliver exactly the rest.
-    ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.resume.epochs` (either order; a finished
-    epoch resumes into the next) with torchloom's samplers and with plain ones (fast-forwarded in
-    their epoch); a sampler with a state of its own from elsewhere (torchdata's) resumes as that
-    state says. A sampler's own ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``) is
-    followed, since it has happened: the state is then the start of that epoch; made before a load,
-    it competes with the load as ``Loader.set_epoch`` does; made after one, a plain sampler's epoch is
-    read whole (torchloom's samplers apply the rules themselves). A new iteration after one stopped
-    early (``break``) starts the epoch over, as a DataLoader's does; the state taken after the stop is
-    the stopped position, to resume from.
+    ``set_epoch`` and ``load_state_dict`` follow :mod:`torchloom.resume.epochs` (either order: the
+    later epoch wins, and the one that loses warns; a finished epoch resumes into the next;
+    ``set_epoch(e)`` after a ``break`` in ``e`` or after ``e`` was read to its end reads ``e`` again
+    from its start). How each kind of sampler resumes (torchloom's from their own state; one with a
+    state from elsewhere, such as torchdata's, from that state, handed over when the resumed pass
+    begins; plain ones by skipping the batches delivered, with what they must match checked, and
+    ``RandomSampler`` refused inside an epoch) is in :mod:`torchloom.loader.position`. The dataset's
+    ``set_epoch`` is told the epoch actually read (the loaded one, the one that wins). A sampler's own
+    ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``) is followed, since it has happened:
+    the state is then the start of that epoch; made before a load, it competes with the load as
+    ``Loader.set_epoch`` does; made after one, a plain sampler's epoch is read whole (torchloom's
+    samplers apply the rules themselves). A plain sampler's ``set_epoch`` of the epoch it is already
+    in changes nothing the Loader can see: call ``loader.set_epoch`` for that. A new iteration after
+    one stopped early (``break``) starts the epoch over, as a DataLoader's does; the state taken after
+    the stop, until then, is the stopped position, to resume from.
 
     Example:
         >>> import torch
@@ -111,7 +113,7 @@ class Loader(Resumable):
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def __init__(
         self,
@@ -146,7 +148,7 @@ class Loader(Resumable):
             sampler if sampler is not None else IndexSampler(len(dataset), shuffle=shuffle, seed=seed)  # type: ignore[arg-type]
         )
         unit = self.sampler.unit if isinstance(self.sampler, UnitSampler) else 1
-        if unit > 1 and batch_size % unit:
+        if isinstance(unit, int) and unit > 1 and batch_size % unit:
             raise ConfigError(
                 f"batch_size={batch_size} must be a multiple of the sampler's unit {unit} (each batch holds "
                 "whole units, so the composition the sampler promises per unit holds per batch)"
@@ -159,18 +161,16 @@ class Loader(Resumable):
         self.drop_last = drop_last
         self.pin_memory = pin_memory and self._can_pin()
         self._pool = BufferPool(limit=self.num_threads + prefetch + 4)
-        # What the sampler and the dataset offer beyond iter, len and [key], resolved once.
-        self._stateful_sampler = self.sampler if isinstance(self.sampler, Stateful) else None
-        self._epoch_sampler = self.sampler if isinstance(self.sampler, HasEpoch) else None
-        self._epoch_taking_sampler = self.sampler if isinstance(self.sampler, SetsEpoch) else None
-        self._epoch_taking_dataset = dataset if isinstance(dataset, SetsEpoch) else None
+        # What the dataset offers beyond len and [key], resolved once (the sampler's: in _position).
         self._fetch_samples = self._sample_fetcher(dataset)
-        self._epochs = Epochs(type(self).__name__)
-        self._delivered: dict[str, Any] | None = None  # the position after the last delivered batch
-        # A sampler without a state of its own: batches a loaded position skips on the next iteration.
-        self._resume_batches = 0
-        # With no sampler given, a new iteration after a finished epoch starts the next one.
-        self._owns_sampler = sampler is None
+        self._position = SamplerPosition(
+            self.sampler,
+            dataset,
+            owner=type(self).__name__,
+            batch_size=batch_size,
+            owns_sampler=sampler is None,
+            epoch_batches=self.__len__,
+        )
         # The running iteration, weakly: it refers to this loader, so a strong reference back would
         # keep an abandoned iteration (and its threads) alive until a garbage collection.
         self._live: weakref.ref[LoaderIteration] | None = None
@@ -200,38 +200,19 @@ class Loader(Resumable):
         return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` (passed to the sampler and, when it has one, the dataset).
+        """Start ``epoch`` (passed to the sampler and, when it has one, the dataset): the next
+        iteration reads it from its start, the current epoch too after a ``break`` or its end.
 
-        After a ``load_state_dict``, a later epoch wins; the same epoch keeps the loaded position
-        (torchloom's samplers keep it themselves); an earlier one is refused with a warning."""
-        epoch = check_epoch(epoch)
-        previous = self._epochs.epoch
-        if not self._epochs.set_epoch(epoch):
-            return  # a loaded later epoch wins
-        if epoch != previous:
-            self._resume_batches = 0
-        for part in (self._epoch_taking_sampler, self._epoch_taking_dataset):
-            if part is not None:
-                part.set_epoch(epoch)
-        self._delivered = None  # the position is now the sampler's: the start of the epoch
+        After a ``load_state_dict``, the same epoch keeps the loaded position; an earlier one loses
+        with a warning (the dataset is told the epoch that is read instead); a later one wins, and
+        the dropped checkpoint warns."""
+        self._position.set_epoch(check_epoch(epoch))
 
-    def _sampler_epoch(self) -> int | None:
-        """The sampler's current epoch, when it has epochs (torchloom's samplers, DistributedSampler)."""
-        return None if self._epoch_sampler is None else int(self._epoch_sampler.epoch)
-
-    def _epoch(self) -> int:
-        """The epoch of the position: the sampler's when it has epochs, else this loader's."""
-        epoch = self._sampler_epoch()
-        return self._epochs.epoch if epoch is None else epoch
-
-    def _follow_sampler(self) -> bool:
-        """Take the sampler's epoch when its own ``set_epoch`` moved it since this loader last looked
-        (Lightning calls ``loader.sampler.set_epoch``); True when it had moved."""
-        epoch = self._sampler_epoch()
-        if epoch is None or epoch == self._epochs.epoch:
-            return False
-        self._epochs.follow(epoch)
-        return True
+    @property
+    def epoch(self) -> int:
+        """The epoch of the position, which the next iteration reads (after ``load_state_dict``, the
+        one the checkpoint resumes in; after an epoch's last batch, the next one)."""
+        return self._position.epoch
 
     # --- iteration ------------------------------------------------------------------------------
 
@@ -241,33 +222,22 @@ class Loader(Resumable):
         Nothing is drawn from the sampler before the first ``next``: a ``set_epoch`` between
         ``iter`` and ``next`` (Lightning's order when it resumes) still chooses the epoch."""
         self._stop_live("iter(loader) started a new iteration of this Loader")
+        position = self._position
         iteration = LoaderIteration(
             PassPlan(
-                sampler=self.sampler,
                 batch_size=self.batch_size,
                 drop_last=self.drop_last,
                 num_threads=self.num_threads,
                 prefetch=self.prefetch,
-                begin=self._begin,
-                position=self._position,
-                end_of_epoch=self._end_of_epoch,
+                begin=position.begin,
+                position=position.position,
+                end_of_epoch=position.end_of_epoch,
                 fetch=self._fetch,
-                deliver=self._deliver,
+                deliver=position.deliver,
             )
         )
         self._live = weakref.ref(iteration)
         return iteration
-
-    def _begin(self) -> tuple[int, int]:
-        """Start an iteration: the batches it skips to resume (samplers without a state) and its epoch."""
-        epoch = self._sampler_epoch()
-        if self._owns_sampler and epoch is not None and self._epochs.repeats(epoch):
-            self.set_epoch(epoch + 1)  # as DataLoader(shuffle=True) reshuffles every iteration
-        skip, self._resume_batches = self._resume_batches, 0
-        if self._follow_sampler():
-            skip = 0  # the sampler was moved to another epoch since the load: start that one whole
-        self._epochs.begin()
-        return skip, self._epochs.epoch
 
     def close(self) -> None:
         """Stop the current iteration, if any: pending batches are cancelled, threads joined (its
@@ -290,61 +260,14 @@ class Loader(Resumable):
 
     # --- state ----------------------------------------------------------------------------------
 
-    def _sampler_state(self) -> dict[str, Any]:
-        return {} if self._stateful_sampler is None else self._stateful_sampler.state_dict()
-
-    def _position(self, batches: int, epoch: int) -> dict[str, Any]:
-        """The position after ``batches`` batches of ``epoch`` drawn now: the sampler's state (when it
-        has one), else the batches to fast-forward."""
-        return {KEY_SAMPLER: self._sampler_state(), KEY_BATCHES: batches, KEY_EPOCH: epoch}
-
-    def _end_of_epoch(self, batches: int, epoch: int) -> dict[str, Any]:
-        """The position after the whole of ``epoch``: the sampler's own state once it is drawn to the
-        end (a short last batch dropped included); for a sampler without one, the start of the next
-        epoch."""
-        if self._stateful_sampler is not None:
-            return self._position(batches, epoch)
-        return {KEY_SAMPLER: {}, KEY_BATCHES: 0, KEY_EPOCH: epoch + 1}
-
-    def _deliver(self, position: dict[str, Any], *, finished: bool) -> None:
-        """The position after the batch just delivered (``finished``: the epoch's last)."""
-        self._delivered = position
-        if finished:
-            self._epochs.finish(self._epoch())
-
     def _get_state(self) -> dict[str, Any]:
-        delivered = self._delivered
-        sampler_epoch = self._sampler_epoch()
-        if delivered is not None and (sampler_epoch is None or sampler_epoch == self._epochs.epoch):
-            return dict(delivered)
-        # Nothing delivered since a load or set_epoch; or the sampler's own set_epoch (as Lightning
-        # calls it) moved on to another epoch since: the position is the sampler's.
-        return {
-            KEY_SAMPLER: self._sampler_state(),
-            KEY_BATCHES: self._resume_batches if delivered is None else 0,
-            KEY_EPOCH: self._epoch(),
-        }
+        return self._position.state()
+
+    def _upgrade(self, state: dict[str, Any], version: int) -> dict[str, Any]:
+        return self._position.upgrade(state, version)
 
     def _set_state(self, state: dict[str, Any]) -> None:
         if KEY_SAMPLER not in state or KEY_BATCHES not in state:
             raise StateMismatchError("Loader.load_state_dict needs the dict Loader.state_dict() returned")
         self._stop_live("load_state_dict stopped this iteration")
-        self._delivered = None
-        if self._stateful_sampler is not None and state[KEY_SAMPLER]:
-            self._stateful_sampler.load_state_dict(state[KEY_SAMPLER])  # the sampler now holds the position
-            self._resume_batches = 0
-            epoch = self._sampler_epoch()
-            if epoch is not None:
-                self._epochs.follow(epoch)  # the epoch the sampler resumes in
-            return
-        self._follow_sampler()  # the sampler's own set_epoch since: a request this load competes with
-        saved = state.get(KEY_EPOCH)  # None in states written before the epoch was: this epoch
-        epoch = self._epochs.epoch if saved is None else int(saved)
-        if not self._epochs.admits(epoch):
-            return  # set_epoch asked for a later epoch before this load: the later epoch wins
-        self._epochs.load(epoch, finished=False)
-        if self._epoch_taking_sampler is not None:
-            self._epoch_taking_sampler.set_epoch(epoch)
-        batches = int(state[KEY_BATCHES])
-        # A state at the end of an epoch from before the end was recorded as such: the whole next epoch.
-        self._resume_batches = batches if batches < len(self) else 0
+        self._position.load(state)

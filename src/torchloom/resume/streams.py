@@ -17,9 +17,12 @@ epoch wins. A consumer whose state says it is exhausted yields nothing more of t
 the rules of :class:`~torchloom.resume.epochs.Epochs`, applied as an iteration begins, in the process
 that reads: ``set_epoch`` is called in the main process and reaches workers (their own copies of the
 dataset) only through shared memory, and a loaded position names the consumer that may resume it,
-known only then. A worker cannot tell a ``set_epoch`` made before its last iteration from a new one,
-so the last one keeps competing with a load (a load of an earlier epoch loses, also after an
-iteration), where a sampler forgets it once an iteration has begun.
+known only then. A worker cannot tell a ``set_epoch`` made before its last iteration from a new one
+(a fresh worker has no memory of the last iteration, and the workers of one pass would not agree on
+which of them saw it first), so the last one keeps competing with a load: a load of an earlier epoch
+loses also after an iteration (a rollback), where a sampler forgets the ``set_epoch`` once an
+iteration has begun. A load that loses warns, in the reading process, unless its consumer had read
+its epoch to the end (nothing is lost): to roll back, call ``set_epoch`` with the checkpoint's epoch.
 """
 
 from __future__ import annotations
@@ -176,17 +179,35 @@ class ConsumerStream(IterableDataset[Record], Resumable):
         return self._run(assignment(self._items, consumer.count, consumer.index), consumer)
 
     def _resolve(self, consumer: Consumer) -> None:
-        """Apply a loaded position, unless ``set_epoch`` asked for a later epoch."""
+        """Apply a loaded position, unless ``set_epoch`` asked for a later epoch (then it warns)."""
         requested = self._shared[_EPOCH]
         pending, self._pending = self._pending, None
         self._consumer = consumer
         epochs = self._epochs
         epochs.begin()
         epochs.follow(requested)  # the main process's set_epoch, which this process sees only now
-        if pending is None or not epochs.admits(pending[KEY_EPOCH]):
+        if pending is not None and epochs.admits(pending[KEY_EPOCH]):
+            self._check_consumer(pending, consumer)
+        epoch = None
+        if pending is not None:
+            position = f"{pending[KEY_CONSUMED]} records in"
+            exhausted = pending[KEY_EXHAUSTED]
+            epoch = epochs.load(pending[KEY_EPOCH], finished=exhausted, left=not exhausted, position=position)
+        if pending is None or epoch is None:
             self._consumed = self._entry = self._offset = 0
             self._exhausted = False
             return
+        if epoch > requested:
+            self._shared[_EPOCH] = epoch  # later iterations continue from the loaded epoch
+        self._consumed, self._entry, self._offset = (
+            pending[KEY_CONSUMED],
+            pending[KEY_ENTRY],
+            pending[KEY_OFFSET],
+        )
+        self._exhausted = bool(pending[KEY_EXHAUSTED])
+
+    def _check_consumer(self, pending: dict[str, Any], consumer: Consumer) -> None:
+        """A position part way through an epoch resumes only on the consumer that wrote it."""
         started = pending[KEY_CONSUMED] > 0 or pending[KEY_EXHAUSTED]
         saved = (pending[KEY_CONSUMER], pending[KEY_CONSUMERS])
         if started and saved[1] >= 0 and saved != (consumer.index, consumer.count):
@@ -196,15 +217,6 @@ class ConsumerStream(IterableDataset[Record], Resumable):
                 f"{consumer.describe()}. A stream's position cannot be re-split: resume with the same "
                 "world size and num_workers, or call set_epoch(next epoch) to start a fresh one"
             )
-        epoch = epochs.load(pending[KEY_EPOCH], finished=bool(pending[KEY_EXHAUSTED]))
-        if epoch > requested:
-            self._shared[_EPOCH] = epoch  # later iterations continue from the loaded epoch
-        self._consumed, self._entry, self._offset = (
-            pending[KEY_CONSUMED],
-            pending[KEY_ENTRY],
-            pending[KEY_OFFSET],
-        )
-        self._exhausted = bool(pending[KEY_EXHAUSTED])
 
     def _run(self, plan: list[tuple[int, int, int]], consumer: Consumer) -> Iterator[Record]:
         if self._exhausted:

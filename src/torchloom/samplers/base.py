@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DistributedSampler
 
+from torchloom._compat import user_stacklevel
 from torchloom.errors import ConfigError, StateMismatchError
 from torchloom.resume.distributed import outer_batch_splitter, resolve_rank_world
 from torchloom.resume.epochs import Epochs, HasEpoch
@@ -232,12 +233,13 @@ class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch``: a new order (call it before each epoch, as with DistributedSampler).
 
-        Setting the current epoch again keeps the position (so a resumed epoch continues). Between
-        a ``load_state_dict`` and the next iteration, the later of the two epochs wins.
+        The position is the start of ``epoch``, also of the current one once an iteration of it has
+        begun (after a ``break`` or its end, it is read again whole). Only a loaded position is kept
+        by ``set_epoch`` of its own epoch (a resumed epoch continues); between a ``load_state_dict``
+        and the next iteration, the later of the two epochs wins (the earlier one warns).
         """
         epoch = check_epoch(epoch)
-        previous = self.epoch
-        if self._epochs.set_epoch(epoch) and epoch != previous:
+        if self._epochs.set_epoch(epoch) and not self._epochs.resuming:
             self._start_epoch(epoch)
 
     def _start_epoch(self, epoch: int) -> None:
@@ -248,11 +250,21 @@ class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch
         self._live = None
 
     def __iter__(self) -> Iterator[SampleKey]:
+        """This rank's keys from the position: the start of the epoch, or the rest of a loaded one.
+
+        The position is where the new pass starts as soon as it is asked for (a state taken before
+        its first key says so, not where an abandoned pass stopped); the epoch rules settle at its
+        first key, so a ``set_epoch`` or load between ``iter`` and ``next`` still counts."""
+        self._live = None
+        self._yielded = self._resume_from
+        return self._keys()
+
+    def _keys(self) -> Iterator[SampleKey]:
         if self._epochs.repeats() and not self._warned_repeat:
             warnings.warn(
                 f"{type(self).__name__} is iterated again for epoch {self.epoch} without set_epoch(); "
                 "it repeats the same order. Call sampler.set_epoch(epoch) before each epoch.",
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
             self._warned_repeat = True
         self._epochs.begin()
@@ -320,24 +332,28 @@ class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch
         epoch, start, yielded = int(state[STATE_EPOCH]), int(state[STATE_START]), int(state[STATE_YIELDED])
         if epoch < 0 or start < 0 or yielded < 0:
             raise StateMismatchError(f"checkpoint position is negative: {epoch=}, {start=}, {yielded=}")
-        if not self._epochs.admits(epoch):
-            return  # set_epoch asked for a later epoch before this load: the later epoch wins
-        saved_world = int(state.get(STATE_WORLD, self.world_size))
+        split = resolve_rank_world(self._rank_arg, self._world_arg)  # this process's, not a past pass's
+        saved_world = int(state.get(STATE_WORLD, split[1]))
         total_units = len(self.global_order(epoch)) // self.unit
-        if saved_world != self.world_size:
+        if saved_world != split[1]:
             if yielded % self.unit:
                 raise StateMismatchError(
                     f"checkpoint position yielded={yielded} is inside a unit of {self.unit} indices; an "
-                    f"elastic resume (world_size {saved_world} -> {self.world_size}) needs whole units"
+                    f"elastic resume (world_size {saved_world} -> {split[1]}) needs whole units"
                 )
-            start = min(total_units, start + yielded // self.unit * saved_world)
+            start = start + yielded // self.unit * saved_world
             yielded = 0
-        self._start_epoch(epoch)
-        self._start = min(start, total_units)
-        self._split = (self.rank, self.world_size)
-        finished = yielded >= len(self.rank_indices())
-        resumed = self._epochs.load(epoch, finished=finished)
-        if finished:
-            self._start_epoch(resumed)  # the whole next epoch
-        else:
+        start = min(start, total_units)
+        length = len(split_units(self._units(epoch)[start:], *split, self.drop_last)) * self.unit
+        # A rank with nothing to read at all is at the start of its epoch as much as at its end: the
+        # start. One whose share was all consumed before this split (an elastic resume) is finished.
+        finished = yielded >= length and (yielded > 0 or start > 0)
+        left = finished or yielded < length  # the whole next epoch, or the rest of this one
+        where = f"{yielded} of {length} yielded"
+        resumed = self._epochs.load(epoch, finished=finished, left=left, position=where)
+        if resumed is None:
+            return  # set_epoch asked for a later epoch before this load: the later epoch wins
+        self._start_epoch(resumed)
+        if not finished:  # else the whole next epoch
+            self._start, self._split = start, split
             self._resume_from = self._yielded = yielded

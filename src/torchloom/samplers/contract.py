@@ -1,10 +1,13 @@
 """What the thread Loader needs of a sampler, beyond ``iter`` and ``len``.
 
 Each capability is optional and checked once, when a :class:`torchloom.Loader` is built: a plain
-torch sampler (``RandomSampler``, ``SequentialSampler``) has none of them, torch's
-``DistributedSampler`` has epochs (:class:`torchloom.resume.epochs.HasEpoch`), torchdata's stateful
-samplers have a state (:class:`torchloom.resume.state.Stateful`); torchloom's samplers
-(:class:`~torchloom.samplers.KeySampler`) declare them all, so mypy checks that they keep them.
+torch sampler (``SequentialSampler``) has none of them, torch's ``DistributedSampler`` has epochs
+(:class:`torchloom.resume.epochs.HasEpoch`) and a split (:class:`SplitSampler`), torchdata's
+stateful samplers have a state (:class:`torchloom.resume.state.Stateful`), torch's random samplers
+draw a new order every pass (:class:`RandomOrder`); torchloom's samplers
+(:class:`~torchloom.samplers.KeySampler`) declare what they have, so mypy checks that they keep it.
+The values behind an attribute are checked where they are read (a user's sampler may hold
+``epoch = None`` or ``unit = None``).
 
 Example:
     >>> from torch.utils.data import DistributedSampler, SequentialSampler
@@ -14,6 +17,9 @@ Example:
     (True, False)
     >>> isinstance(DistributedSampler(range(8), num_replicas=1, rank=0), HasEpoch)
     True
+    >>> from torch.utils.data import RandomSampler
+    >>> isinstance(RandomSampler(range(8)), RandomOrder), isinstance(IndexSampler(8), RandomOrder)
+    (True, False)
 """
 
 from __future__ import annotations
@@ -27,3 +33,29 @@ class UnitSampler(Protocol):
     with ``batch_size``): a batch must hold whole units for the composition promised per unit."""
 
     unit: int
+
+
+@runtime_checkable
+class SplitSampler(Protocol):
+    """Splits its order across ``num_replicas`` ranks (torch's ``DistributedSampler``, torchdata's
+    ``StatefulDistributedSampler``, torchloom's samplers)."""
+
+    num_replicas: int
+    rank: int
+
+
+@runtime_checkable
+class SeededShuffle(Protocol):
+    """Shuffles (``shuffle``) from a ``seed``, as torch's ``DistributedSampler`` does."""
+
+    seed: int
+    shuffle: bool
+
+
+@runtime_checkable
+class RandomOrder(Protocol):
+    """Draws a new order from a torch ``generator`` every pass (``RandomSampler``,
+    ``WeightedRandomSampler``, ``SubsetRandomSampler``): a pass cannot be replayed, so a position
+    inside it cannot be resumed by skipping what was delivered."""
+
+    generator: object
