@@ -413,3 +413,34 @@ def test_one_wording_of_why_a_file_cannot_be_a_sample(tmp_path: Path) -> None:
         failure_reason(DecodeError("/data/x.jpg", "file is empty (0 bytes)"), "") == "file is empty (0 bytes)"
     )
     assert failure_reason(ValueError("odd"), "/data/x.jpg") == "ValueError: odd"
+
+
+def test_arrow_reads_a_manifest_from_its_own_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrow's threads drop a reader's last references after the read returns; a Python file they
+    held would need the GIL then, and at interpreter exit the process aborts ("terminate called
+    without an active exception": `torchloom show` failing fast on a manifest, 1 run in ~15)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torchloom.io import table as table_module
+
+    sources: list[object] = []
+    for module in (table_module.pa_csv, table_module.pa_json, table_module.pa_parquet):
+        name = (
+            "read_table" if module is table_module.pa_parquet else f"read_{module.__name__.rsplit('.', 1)[1]}"
+        )
+        real = getattr(module, name)
+
+        def recording(
+            source: object, *args: object, _real: Callable[..., object] = real, **kwargs: object
+        ) -> object:
+            sources.append(source)
+            return _real(source, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, recording)
+    (tmp_path / "m.csv").write_text("image\na.jpg\n")
+    (tmp_path / "m.jsonl").write_text('{"image": "a.jpg"}\n')
+    pq.write_table(pa.table({"image": ["a.jpg"]}), tmp_path / "m.parquet")
+    for name in ("m.csv", "m.jsonl", "m.parquet"):
+        assert read_table(tmp_path / name).column("image").to_pylist() == ["a.jpg"]
+    assert len(sources) == 3 and all(isinstance(source, pa.NativeFile) for source in sources), sources
