@@ -132,7 +132,8 @@ class PathOutsideRootError(ManifestError):
         self.why = why
         super().__init__(
             f"manifest row {row}: path {value!r} {why} and leads outside root {root!r}; "
-            "fix the manifest, pass a wider root=, or pass allow_outside_root=True if you trust it"
+            "fix the manifest, pass a wider root=, or pass allow_outside_root=True (on the command "
+            "line: --allow-outside-root) if you trust it"
         )
 
     def __reduce__(self) -> tuple[type[PathOutsideRootError], tuple[int, str, str, str]]:
