@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from conftest import write_jpeg
+from conftest import refuse_listing, write_jpeg
 from torchloom import FolderDataset
 from torchloom.datasets import VolumeDataset
 from torchloom.datasets import folder as folder_module
@@ -166,13 +166,13 @@ def test_folder_dataset_doctor_and_prepare_agree_file_by_file(every_case: Path, 
     # The same exclusions, with the same reasons: a dataset's report, the doctor's, prepare's.
     fifo_reason = dict(dataset.report.invalid)[fifo]
     in_report = _reasons(every_case, dataset.report.ignored + dataset.report.invalid)
-    in_doctor = _reasons(
-        every_case, [(item["path"], item["reason"]) for item in doctor.document["data"]["ignored"]]
-    )
+    # The doctor lists the refused entries (and the files it could not read) as bad files.
+    doctor_items = doctor.document["data"]["ignored"] + doctor.document["bad_files"]
+    in_doctor = _reasons(every_case, [(item["path"], item["reason"]) for item in doctor_items])
     in_prepare = {(path, _reason(text)) for path, text in prepared.problems["unreadable"]}
     in_prepare |= {(item.path, item.reason) for item in prepared.ignored}
     assert in_report == set(EXCLUDED) | {("dog/x.jpg", fifo_reason)}
-    assert in_doctor == set(EXCLUDED)
+    assert in_doctor == set(EXCLUDED) | {("dog/x.jpg", fifo_reason)}
     # A raw tree has no class folders: files at its root are images or not by their extension.
     tree = {(path, reason) for path, reason in EXCLUDED if reason != REASON_NOT_IN_CLASS}
     assert in_prepare == tree | {("README.md", REASON_EXTENSION), ("dog/x.jpg", fifo_reason)}
@@ -204,7 +204,8 @@ def test_an_unlistable_folder_is_refused_alike_everywhere(
         assert not [path for path in paths if path.startswith(nested)]
     reason = f"{REASON_UNLISTABLE}: PermissionError: [Errno 13] Permission denied: {nested!r}"
     assert (nested, reason) in dataset.report.invalid
-    assert {"path": nested, "reason": reason} in doctor.document["data"]["ignored"]
+    refused = {"path": nested, "split": "all", "kind": "refused", "reason": reason}
+    assert refused in doctor.document["bad_files"]
     assert [e.text for e in tree.refused if e.path == nested] == [reason]
     with pytest.raises(ValidationFailedError, match="nested"):
         FolderDataset(every_case, strict=True, progress=False)
@@ -415,14 +416,7 @@ def test_a_root_that_cannot_be_listed_is_a_typed_error_naming_it(
 ) -> None:
     root = tmp_path / "data"
     write_jpeg(root / "cat" / "1.jpg")
-    real_scandir = os.scandir
-
-    def scandir(path: str) -> object:
-        if os.fspath(path) == str(root):
-            raise PermissionError(13, "Permission denied", str(root))
-        return real_scandir(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    refuse_listing(monkeypatch, root)
     for read in (FolderDataset, find_tree, find_every_split):
         with pytest.raises(UnreadableFileError, match=r"cannot read .*data'.*fix its permissions"):
             read(root)
