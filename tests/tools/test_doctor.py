@@ -337,6 +337,10 @@ def test_a_heic_photo_named_jpg_is_a_wrong_extension(tmp_path: Path) -> None:
     assert [(f["kind"], f["reason"]) for f in document["bad_files"]] == [
         ("unsupported", "HEIC image: not supported; convert it (e.g. with `heif-convert`)")
     ]
+    assert (
+        f"wrong extension: {tmp_path / 'cat' / '2.jpg'} (HEIC image named .jpg: not supported; convert it "
+        "(e.g. with `heif-convert`))"
+    ) in document["problems"]["messages"]
     assert validate(document, REPORT_SCHEMA) == []
 
 

@@ -233,9 +233,10 @@ def _problems(document: dict[str, Any], layout_problems: list[tuple[str, str]]) 
     messages += [
         f"{f['kind']}: {f['path']} ({f['reason']})" for f in document["bad_files"] if f["kind"] != REFUSED
     ]
-    messages += [
-        f"wrong extension: {f['path']} is {f['format']}, named {f['extension']}"
-        + (f" ({f['reason']})" if "reason" in f else "")
+    messages += [  # a format no reader decodes: the reader's reason names both and the fix
+        f"wrong extension: {f['path']} ({f['reason']})"
+        if "reason" in f
+        else f"wrong extension: {f['path']} is {f['format']}, named {f['extension']}"
         for f in document["wrong_extension"]
     ]
     kinds = Counter(kind for kind, _ in layout_problems)
