@@ -56,6 +56,19 @@ def swap_before_open(
     monkeypatch.setattr(os, "open", opening)
 
 
+def refuse_listing(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Make listing ``folder`` fail with a permission error, as a chmod 000 folder does (the tests
+    run as root, whom permissions do not stop)."""
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> object:
+        if os.fspath(path) == str(folder):
+            raise PermissionError(13, "Permission denied", str(folder))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 def point_link(link: Path, target: Path) -> Callable[[], None]:
     """A swap that points the symlink ``link`` at ``target``."""
 

@@ -45,6 +45,7 @@ __all__ = [
     "TimestampError",
     "TorchloomError",
     "TransformError",
+    "UnreadableFileError",
     "UnsafeFileError",
     "UnsupportedURLError",
     "UsageError",
@@ -131,32 +132,58 @@ class PathOutsideRootError(ManifestError):
         self.why = why
         super().__init__(
             f"manifest row {row}: path {value!r} {why} and leads outside root {root!r}; "
-            "fix the manifest, pass a wider root=, or pass allow_outside_root=True if you trust it"
+            "fix the manifest, pass a wider root=, or pass allow_outside_root=True (on the command "
+            "line: --allow-outside-root) if you trust it"
         )
 
     def __reduce__(self) -> tuple[type[PathOutsideRootError], tuple[int, str, str, str]]:
         return (PathOutsideRootError, (self.row, self.value, self.root, self.why))
 
 
-class UnsafeFileError(DataError, OSError):
+class _FileRefusal(OSError):
+    """What the errors naming a file and why it cannot be read share: ``path`` and ``why``, the
+    message ``"<verb> 'path': why"``, and a rebuild from the message alone (as DataLoader re-raises
+    a worker's error)."""
+
+    VERB = ""
+
+    def __init__(self, path: str | os.PathLike[str], why: str | None = None) -> None:
+        if why is None:
+            self.path, self.why = "", os.fspath(path)
+        else:
+            self.path, self.why = os.fspath(path), why
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.VERB} {self.path!r}: {self.why}" if self.path else self.why
+
+
+class UnsafeFileError(DataError, _FileRefusal):
     """A path is not a regular file (a FIFO, a device, a socket) or escapes its root at read time.
 
     Refused before ``open``: reading a FIFO blocks forever, a device never ends.
     """
 
-    def __init__(self, path: str | os.PathLike[str], why: str | None = None) -> None:
-        if why is None:  # rebuilt from a message alone (DataLoader re-raising a worker's error)
-            self.path, self.why = "", os.fspath(path)
-            super().__init__(self.why)
-            return
-        self.path, self.why = os.fspath(path), why
-        super().__init__(f"refusing to read {self.path!r}: {why}")
+    VERB = "refusing to read"
 
     def __reduce__(self) -> tuple[type[UnsafeFileError], tuple[str, str | None]]:
         return (UnsafeFileError, (self.path, self.why))
 
-    def __str__(self) -> str:
-        return f"refusing to read {self.path!r}: {self.why}" if self.path else self.why
+
+class UnreadableFileError(DataError, _FileRefusal):
+    """A file or folder exists but cannot be read: permission denied, a symlink loop, a path longer
+    than the system allows. Names the path, the system's reason and the fix; ``errno`` is the
+    system's error number.
+    """
+
+    VERB = "cannot read"
+
+    def __init__(self, path: str | os.PathLike[str], why: str | None = None, code: int | None = None) -> None:
+        super().__init__(path, why)
+        self.errno = code
+
+    def __reduce__(self) -> tuple[type[UnreadableFileError], tuple[str, str | None, int | None]]:
+        return (UnreadableFileError, (self.path, self.why, self.errno))
 
 
 class ConfigError(TorchloomError, ValueError):

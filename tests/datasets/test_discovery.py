@@ -7,19 +7,23 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from conftest import write_jpeg
+from conftest import refuse_listing, write_jpeg
 from torchloom import FolderDataset
 from torchloom.datasets import VolumeDataset
+from torchloom.datasets import folder as folder_module
 from torchloom.datasets.discovery import (
     REASON_BESIDE_SPLITS,
     REASON_EXTENSION,
     REASON_HIDDEN,
     REASON_LOOP,
+    REASON_METADATA,
+    REASON_MISSING_FOLDER,
     REASON_NOT_IN_CLASS,
     REASON_OUTSIDE_ROOT,
     REASON_UNLISTABLE,
@@ -28,7 +32,7 @@ from torchloom.datasets.discovery import (
     find_tree,
 )
 from torchloom.datasets.index import MAX_IGNORED_EXAMPLES
-from torchloom.errors import ConfigError, EmptyDatasetError, ValidationFailedError
+from torchloom.errors import ConfigError, EmptyDatasetError, UnreadableFileError, ValidationFailedError
 from torchloom.tools.cli import main
 from torchloom.tools.doctor import diagnose
 from torchloom.tools.prepare.pipeline import prepare_dataset
@@ -162,13 +166,13 @@ def test_folder_dataset_doctor_and_prepare_agree_file_by_file(every_case: Path, 
     # The same exclusions, with the same reasons: a dataset's report, the doctor's, prepare's.
     fifo_reason = dict(dataset.report.invalid)[fifo]
     in_report = _reasons(every_case, dataset.report.ignored + dataset.report.invalid)
-    in_doctor = _reasons(
-        every_case, [(item["path"], item["reason"]) for item in doctor.document["data"]["ignored"]]
-    )
+    # The doctor lists the refused entries (and the files it could not read) as bad files.
+    doctor_items = doctor.document["data"]["ignored"] + doctor.document["bad_files"]
+    in_doctor = _reasons(every_case, [(item["path"], item["reason"]) for item in doctor_items])
     in_prepare = {(path, _reason(text)) for path, text in prepared.problems["unreadable"]}
     in_prepare |= {(item.path, item.reason) for item in prepared.ignored}
     assert in_report == set(EXCLUDED) | {("dog/x.jpg", fifo_reason)}
-    assert in_doctor == set(EXCLUDED)
+    assert in_doctor == set(EXCLUDED) | {("dog/x.jpg", fifo_reason)}
     # A raw tree has no class folders: files at its root are images or not by their extension.
     tree = {(path, reason) for path, reason in EXCLUDED if reason != REASON_NOT_IN_CLASS}
     assert in_prepare == tree | {("README.md", REASON_EXTENSION), ("dog/x.jpg", fifo_reason)}
@@ -200,7 +204,8 @@ def test_an_unlistable_folder_is_refused_alike_everywhere(
         assert not [path for path in paths if path.startswith(nested)]
     reason = f"{REASON_UNLISTABLE}: PermissionError: [Errno 13] Permission denied: {nested!r}"
     assert (nested, reason) in dataset.report.invalid
-    assert {"path": nested, "reason": reason} in doctor.document["data"]["ignored"]
+    refused = {"path": nested, "split": "all", "kind": "refused", "reason": reason}
+    assert refused in doctor.document["bad_files"]
     assert [e.text for e in tree.refused if e.path == nested] == [reason]
     with pytest.raises(ValidationFailedError, match="nested"):
         FolderDataset(every_case, strict=True, progress=False)
@@ -318,3 +323,123 @@ def test_show_and_cache_take_a_split(
     assert main(["show", str(split_root), "--split", "train", "--out", str(tmp_path / "grid.png")]) == 0
     assert main(["cache", str(split_root), "--split", "val", "--out", str(tmp_path / "cache")]) == 0
     assert "2 samples" in capsys.readouterr().out
+
+
+# --- folders as real sources make them ------------------------------------------------------------------
+
+
+def test_a_link_out_of_the_root_is_refused_before_its_target_exists(tmp_path: Path) -> None:
+    """Judged by where it leads, not by whether that exists yet: never listed, so never read once
+    the file appears (with validate="none" nothing else would stop it)."""
+    root = tmp_path / "data"
+    write_jpeg(root / "cat" / "1.jpg")
+    (tmp_path / "mnt").mkdir()
+    (root / "cat" / "2.jpg").symlink_to(tmp_path / "mnt" / "photo.jpg")
+    dataset = FolderDataset(root, validate="none", progress=False)
+    write_jpeg(tmp_path / "mnt" / "photo.jpg", seed=5)
+    assert dataset.index.paths.to_list() == [str(root / "cat" / "1.jpg")]
+    assert [(_relative(root, path), _reason(text)) for path, text in dataset.report.invalid] == [
+        ("cat/2.jpg", REASON_OUTSIDE_ROOT)
+    ]
+
+
+def test_a_class_folder_on_a_disk_not_mounted_keeps_its_class_and_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    write_jpeg(root / "cat" / "1.jpg")
+    write_jpeg(root / "dog" / "2.jpg")
+    (root / "birds").symlink_to(tmp_path / "disk2" / "birds")  # the disk is not there
+    (root / "notes.txt").symlink_to(tmp_path / "disk2" / "notes.txt")  # a stray file's link: no class
+    with pytest.warns(UserWarning, match="birds"):
+        unmounted = FolderDataset(root, allow_outside_root=True, progress=False)
+    write_jpeg(tmp_path / "disk2" / "birds" / "3.jpg")
+    mounted = FolderDataset(root, allow_outside_root=True, progress=False)
+    assert unmounted.classes == mounted.classes == ["birds", "cat", "dog"]
+    assert unmounted.class_to_idx["dog"] == mounted.class_to_idx["dog"] == 2
+    assert [(_relative(root, path), _reason(text)) for path, text in unmounted.report.invalid] == [
+        ("birds", REASON_MISSING_FOLDER)
+    ]
+    assert "disk2/birds' does not exist" in unmounted.report.invalid[0][1]
+    assert ("notes.txt", REASON_NOT_IN_CLASS) in _reasons(root, unmounted.report.ignored)
+    with pytest.warns(UserWarning, match="birds"):  # confined, it is refused for leading outside
+        confined = FolderDataset(root, progress=False)
+    assert confined.classes == mounted.classes
+    assert _reasons(root, confined.report.invalid) == {("birds", REASON_OUTSIDE_ROOT)}
+
+
+@pytest.mark.filterwarnings("ignore:.*hold no usable images")
+def test_a_split_that_cannot_be_listed_for_its_classes_is_an_error(tmp_path: Path) -> None:
+    """The labels of one split are numbered by the classes of every split: without those of a split
+    kept elsewhere, train's label numbers would silently differ from val's."""
+    root = tmp_path / "data"
+    for name in (
+        "data/train/cat/1.jpg",
+        "data/train/dog/2.jpg",
+        "disk2/val/bird/3.jpg",
+        "disk2/val/cat/4.jpg",
+    ):
+        write_jpeg(tmp_path / name)
+    (root / "val").symlink_to(tmp_path / "disk2" / "val")
+    with pytest.raises(ConfigError, match=r"split folder .*val.* cannot be read \(symlink leading outside"):
+        FolderDataset(root, split="train", progress=False)
+    train = FolderDataset(root, split="train", allow_outside_root=True, progress=False)
+    val = FolderDataset(root, split="val", allow_outside_root=True, progress=False)
+    assert train.classes == val.classes == ["bird", "cat", "dog"]
+    (root / "val").unlink()
+    (root / "val").symlink_to(tmp_path / "gone" / "val")
+    with pytest.raises(ConfigError, match="mount the disk"):
+        FolderDataset(root, split="train", allow_outside_root=True, progress=False)
+    doctor = find_every_split(root)  # doctor reads every split: the refusal is reported, not raised
+    assert [e.reason for e in doctor.refused] == [REASON_OUTSIDE_ROOT]
+
+
+def test_macos_and_nas_metadata_folders_are_never_classes(tmp_path: Path) -> None:
+    """An unzipped macOS archive's __MACOSX would be class 0 and shift every label (torchvision's
+    ImageFolder refuses such a root); Synology's @eaDir holds thumbnails named .jpg."""
+    root = tmp_path / "data"
+    write_jpeg(root / "cat" / "1.jpg")
+    write_jpeg(root / "dog" / "2.jpg")
+    (root / "__MACOSX" / "cat").mkdir(parents=True)
+    (root / "__MACOSX" / "cat" / "._1.jpg").write_bytes(b"\x00\x05\x16\x07")
+    write_jpeg(root / "dog" / "@eaDir" / "2.jpg" / "SYNOPHOTO_THUMB_XL.jpg")
+    dataset = FolderDataset(root, progress=False)
+    assert dataset.classes == ["cat", "dog"] and dataset.class_to_idx["cat"] == 0
+    assert [_relative(root, path) for path in dataset.index.paths.to_list()] == ["cat/1.jpg", "dog/2.jpg"]
+    assert _reasons(root, dataset.report.ignored) == {
+        ("__MACOSX", REASON_METADATA),
+        ("dog/@eaDir", REASON_METADATA),
+    }
+    assert [e.reason for e in find_tree(root).excluded] == [REASON_METADATA, REASON_METADATA]
+
+
+def test_a_root_that_cannot_be_listed_is_a_typed_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "data"
+    write_jpeg(root / "cat" / "1.jpg")
+    refuse_listing(monkeypatch, root)
+    for read in (FolderDataset, find_tree, find_every_split):
+        with pytest.raises(UnreadableFileError, match=r"cannot read .*data'.*fix its permissions"):
+            read(root)
+
+
+@pytest.mark.parametrize("validate", ["exists", "header", "full"])
+def test_validation_reads_are_confined_to_the_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, validate: str
+) -> None:
+    """A file swapped for a link out of the root after the walk is refused by validation too."""
+    root = tmp_path / "data"
+    write_jpeg(root / "cat" / "1.jpg")
+    write_jpeg(root / "cat" / "2.jpg")
+    write_jpeg(tmp_path / "secret.jpg", seed=3)
+    walk = folder_module.find_samples
+
+    def walk_then_swap(*args: Any, **kwargs: Any) -> Any:
+        found = walk(*args, **kwargs)
+        (root / "cat" / "2.jpg").unlink()
+        (root / "cat" / "2.jpg").symlink_to(tmp_path / "secret.jpg")
+        return found
+
+    monkeypatch.setattr(folder_module, "find_samples", walk_then_swap)
+    dataset = FolderDataset(root, validate=validate, progress=False)
+    assert [os.path.basename(path) for path in dataset.index.paths.to_list()] == ["1.jpg"]
+    assert "outside the dataset root" in dict(dataset.report.invalid)[str(root / "cat" / "2.jpg")]

@@ -16,7 +16,13 @@ from torch.utils.data import DataLoader
 
 from conftest import write_jpeg
 from torchloom import FaultReport, Image, Label, ManifestDataset, Numeric, Text, collate
-from torchloom.errors import FieldNotFoundError, ManifestError, PathOutsideRootError, ValidationFailedError
+from torchloom.errors import (
+    FieldNotFoundError,
+    ManifestError,
+    PathOutsideRootError,
+    UnsupportedURLError,
+    ValidationFailedError,
+)
 
 ROWS = [
     {"file": "img/a 1.jpg", "defect": "scratch", "age": 3.0, "size": 1.5, "title": "划痕 零件"},
@@ -249,3 +255,35 @@ def test_workers_and_skip_policy(manifest_root: Path) -> None:
     assert isinstance(batches[1]["numeric"], torch.Tensor) and np.allclose(
         batches[1]["numeric"][0], [7.0, 0.5]
     )
+
+
+def test_an_absolute_path_inside_the_root_is_accepted(manifest_root: Path) -> None:
+    rows = [dict(ROWS[0], file=str(manifest_root / "img" / "b.jpg"))] + [dict(row) for row in ROWS[1:]]
+    dataset = ManifestDataset(_write(manifest_root, "m.csv", rows), fields=[Image("file")], progress=False)
+    assert dataset.index.paths[0] == str(manifest_root / "img" / "b.jpg") and len(dataset) == 4
+    elsewhere = manifest_root.parent / f"{manifest_root.name}-other"
+    write_jpeg(elsewhere / "e.jpg")
+    rows[0]["file"] = str(elsewhere / "e.jpg")
+    with pytest.raises(
+        PathOutsideRootError, match=r"is absolute and leads outside root.*--allow-outside-root"
+    ):
+        ManifestDataset(_write(manifest_root, "m.csv", rows), fields=[Image("file")], progress=False)
+
+
+def test_a_url_is_refused_as_a_url_naming_the_row(manifest_root: Path) -> None:
+    table = pa.table({"file": ["img/b.jpg", "s3://bucket/cat/1.jpg"]})
+    for settings in ({}, {"allow_outside_root": True}):
+        with pytest.raises(
+            UnsupportedURLError, match=r"manifest row 1: 's3://bucket/cat/1\.jpg' is a s3:// URL"
+        ):
+            ManifestDataset(table, root=manifest_root, fields=[Image("file")], progress=False, **settings)
+
+
+def test_a_missing_file_whose_path_looks_mistyped_says_what_looks_wrong(manifest_root: Path) -> None:
+    rows = [dict(row) for row in ROWS]
+    rows[1]["file"], rows[2]["file"] = "img\\b.jpg", "img/c.jpg "
+    dataset = ManifestDataset(_write(manifest_root, "m.csv", rows), fields=[Image("file")], progress=False)
+    reasons = dict(dataset.report.invalid)
+    assert "folders are separated by '/'" in reasons[str(manifest_root / "img\\b.jpg")]
+    assert "whitespace" in reasons[str(manifest_root / "img" / "c.jpg ")]
+    assert repr(str(manifest_root / "img" / "c.jpg ")) in str(dataset.report)  # the space stays visible

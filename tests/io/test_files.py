@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import pickle
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -14,12 +16,15 @@ import pytest
 from conftest import point_link, swap_before_open, write_jpeg
 from torchloom.errors import (
     ConfigError,
+    DataError,
     DecodeError,
     MissingFileError,
+    UnreadableFileError,
     UnsafeFileError,
     UnsupportedURLError,
 )
 from torchloom.io import files
+from torchloom.io.file_errors import REASON_MISSING, failure_reason, file_error
 from torchloom.io.files import (
     LOCAL_FILES,
     FileBackend,
@@ -328,3 +333,114 @@ def test_a_backend_given_explicitly_serves_the_same_calls(tmp_path: Path) -> Non
     with pytest.raises(MissingFileError):
         read_range("mem://bucket/none", 0, 1, backend=memory)
     assert backend_for(url, memory) is memory and backend_for(str(tmp_path)) is LOCAL_FILES
+
+
+# --- files that are there but cannot be read ---------------------------------------------------------
+
+
+def _refuse_opens_of(monkeypatch: pytest.MonkeyPatch, path: Path, code: int) -> None:
+    """Make every open and stat of ``path`` fail with the system error ``code`` (the tests run as
+    root, whom permissions do not stop)."""
+    real_open, real_stat = os.open, os.stat
+
+    def refuse(real: Callable[..., object]) -> Callable[..., object]:
+        def call(target: str | os.PathLike[str], *args: object, **kwargs: object) -> object:
+            if os.fspath(target) == str(path):
+                raise OSError(code, os.strerror(code), str(path))
+            return real(target, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "open", refuse(real_open))
+    monkeypatch.setattr(os, "stat", refuse(real_stat))
+
+
+@pytest.mark.parametrize("name", ["read_bytes", "read_range", "open_file", "file_info"])
+def test_a_file_that_cannot_be_read_is_a_typed_error_naming_it_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    path = tmp_path / "locked.jpg"
+    write_jpeg(path)
+    _refuse_opens_of(monkeypatch, path, errno.EACCES)
+    read = {**READS, "file_info": file_info}[name]
+    with pytest.raises(UnreadableFileError) as caught:
+        read(path)
+    error = caught.value
+    assert isinstance(error, DataError) and isinstance(error, OSError) and error.errno == errno.EACCES
+    assert str(error) == f"cannot read {str(path)!r}: {error.why}"
+    assert "permission denied" in error.why and "fix its permissions" in error.why
+    assert failure_reason(error, str(path)) == error.why
+
+
+def test_a_symlink_loop_and_a_path_too_long_are_typed_errors_too(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").symlink_to(tmp_path / "b.jpg")
+    (tmp_path / "b.jpg").symlink_to(tmp_path / "a.jpg")
+    with pytest.raises(UnreadableFileError, match="symbolic links") as loop:
+        read_bytes(tmp_path / "a.jpg")
+    assert loop.value.errno == errno.ELOOP
+    with pytest.raises(UnreadableFileError, match="longer than the system allows") as long:
+        read_bytes(tmp_path / ("x" * 300 + ".jpg"))
+    assert long.value.errno == errno.ENAMETOOLONG and "x" * 300 in long.value.path
+
+
+def test_a_system_error_that_says_nothing_of_the_file_is_left_as_it_is() -> None:
+    busy = OSError(errno.EMFILE, "Too many open files")
+    assert file_error("/data/a.jpg", busy) is busy
+    assert isinstance(file_error("/data/a.jpg/b", NotADirectoryError(errno.ENOTDIR, "x")), MissingFileError)
+
+
+def test_a_refusal_survives_pickling_and_a_rebuild_from_its_message() -> None:
+    error = UnreadableFileError("/data/a.jpg", "permission denied; fix it", errno.EACCES)
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.path, again.why, again.errno, str(again)) == (
+        error.path,
+        error.why,
+        error.errno,
+        str(error),
+    )
+    assert str(UnreadableFileError("a message alone")) == "a message alone"
+
+
+def test_one_wording_of_why_a_file_cannot_be_a_sample(tmp_path: Path) -> None:
+    """What every report says of a missing file, with a hint when its path looks mistyped."""
+    missing = MissingFileError("file 'x' does not exist; check the path (and the dataset's root)")
+    assert failure_reason(missing, str(tmp_path / "cat" / "1.jpg")) == REASON_MISSING == "file does not exist"
+    assert "'\\'" in failure_reason(missing, str(tmp_path / "dog\\2.jpg"))
+    assert "whitespace" in failure_reason(missing, str(tmp_path / "dog" / "2.jpg "))
+    fifo = UnsafeFileError("/data/x.jpg", "it is a FIFO (named pipe), not a regular file")
+    assert failure_reason(fifo, "/data/x.jpg") == fifo.why
+    assert (
+        failure_reason(DecodeError("/data/x.jpg", "file is empty (0 bytes)"), "") == "file is empty (0 bytes)"
+    )
+    assert failure_reason(ValueError("odd"), "/data/x.jpg") == "ValueError: odd"
+
+
+def test_arrow_reads_a_manifest_from_its_own_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrow's threads drop a reader's last references after the read returns; a Python file they
+    held would need the GIL then, and at interpreter exit the process aborts ("terminate called
+    without an active exception": `torchloom show` failing fast on a manifest, 1 run in ~15)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torchloom.io import table as table_module
+
+    sources: list[object] = []
+    for module in (table_module.pa_csv, table_module.pa_json, table_module.pa_parquet):
+        name = (
+            "read_table" if module is table_module.pa_parquet else f"read_{module.__name__.rsplit('.', 1)[1]}"
+        )
+        real = getattr(module, name)
+
+        def recording(
+            source: object, *args: object, _real: Callable[..., object] = real, **kwargs: object
+        ) -> object:
+            sources.append(source)
+            return _real(source, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, recording)
+    (tmp_path / "m.csv").write_text("image\na.jpg\n")
+    (tmp_path / "m.jsonl").write_text('{"image": "a.jpg"}\n')
+    pq.write_table(pa.table({"image": ["a.jpg"]}), tmp_path / "m.parquet")
+    for name in ("m.csv", "m.jsonl", "m.parquet"):
+        assert read_table(tmp_path / name).column("image").to_pylist() == ["a.jpg"]
+    assert len(sources) == 3 and all(isinstance(source, pa.NativeFile) for source in sources), sources

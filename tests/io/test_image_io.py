@@ -240,3 +240,26 @@ def test_a_large_png_with_its_orientation_after_the_pixels_probes_upright(tmp_pa
     header = probe_file(path)
     assert (header.height, header.width, header.orientation) == (300, 200, 6)
     assert read_image(path).shape == (300, 200, 3)  # decoding agrees (the cache checks that it does)
+
+
+HEIC = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 64
+AVIF = b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf" + b"\x00" * 64
+
+
+@pytest.mark.parametrize(("data", "name"), [(HEIC, "HEIC"), (AVIF, "AVIF")])
+def test_a_phone_photo_named_jpg_is_named_for_what_it_is(tmp_path: Path, data: bytes, name: str) -> None:
+    path = tmp_path / "IMG_0001.jpg"
+    path.write_bytes(data)
+    for read in (read_image, probe_file):
+        with pytest.raises(DecodeError) as caught:
+            read(path)
+        assert caught.value.reason == (
+            f"{name} image named .jpg: not supported; convert it (e.g. with `heif-convert`)"
+        )
+    own = tmp_path / f"IMG_0002.{name.lower()}"
+    own.write_bytes(data)
+    with pytest.raises(DecodeError, match=f"'{own}': {name} image: not supported"):
+        read_image(own)
+    mp4 = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom"
+    with pytest.raises(DecodeError, match="not a supported image"):  # an ISO container, not an image
+        decode_image(mp4, "clip.jpg")

@@ -15,9 +15,11 @@ import pytest
 import simplejpeg
 from PIL import Image
 
+from conftest import refuse_listing
 from torchloom.testing import synthetic_image
 from torchloom.tools.cli import main
 from torchloom.tools.doctor import diagnose
+from torchloom.tools.doctor import layout as layout_module
 from torchloom.tools.doctor.duplicates import duplicate_groups, hash_pairs, near_pairs
 from torchloom.tools.doctor.examine import examine_files
 from torchloom.tools.doctor.perceptual import hamming
@@ -252,3 +254,158 @@ def test_chunked_examination_matches_the_one_image_functions(tmp_path: Path) -> 
         np.testing.assert_allclose(facts.scores[row], pixel_scores(small), atol=1e-5)
         assert facts.grayscale[row] == is_grayscale(small)
         assert np.abs(facts.thumbnail[row].astype(int) - colour_thumbnail(small)).max() <= 1
+
+
+# --- what every other reader refuses is a problem -----------------------------------------------------
+
+
+def _jpeg(path: Path, seed: int) -> None:
+    _write(path, simplejpeg.encode_jpeg(_image(seed)))
+
+
+def test_refused_entries_are_problems_with_their_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "data"
+    _jpeg(root / "cat" / "1.jpg", 1)
+    _jpeg(tmp_path / "elsewhere" / "dog" / "2.jpg", 2)
+    (root / "dog").symlink_to(tmp_path / "elsewhere" / "dog")  # a class folder on another disk
+    (root / "cat" / "gone.jpg").symlink_to(root / "cat" / "nothing.jpg")
+    document = diagnose(root).document
+    assert document["data"]["ignored"] == []
+    refused = [f for f in document["bad_files"] if f["kind"] == "refused"]
+    assert [(f["path"], f["split"]) for f in refused] == [(str(root / "dog"), "all")]
+    assert refused[0]["reason"].startswith("symlink leading outside the root: resolves to")
+    missing = next(f for f in document["bad_files"] if f["path"].endswith("gone.jpg"))
+    assert (missing["kind"], missing["reason"]) == (
+        "unreadable",
+        "file does not exist",
+    )  # as FolderDataset says
+    assert document["problems"]["by_kind"] == {
+        "refused": 1,
+        "unreadable": 1,
+    }  # dog is not also an empty class
+    assert "--allow-outside-root" in document["problems"]["messages"][0]
+    out = str(tmp_path / "report")
+    assert main(["doctor", str(root), "--out", out, "--no-plots"]) == 1
+    printed = capsys.readouterr().out
+    assert "refused" in printed and "PROBLEMS: 2" in printed
+    trusting = ["doctor", str(root), "--out", out, "--no-plots", "--allow-outside-root", "--json"]
+    assert main(trusting) == 1  # only the missing file is left
+    assert json.loads(capsys.readouterr().out)["problems"]["by_kind"] == {"unreadable": 1}
+
+
+@pytest.mark.parametrize(
+    ("files", "kinds"),
+    [
+        # a class named like a split: read as a split root, the real classes beside it
+        (["cat/1.jpg", "dog/2.jpg", "Val/3.jpg"], {"beside_splits": 2, "no_images": 1}),
+        # an export of phone photos: nothing doctor can examine
+        (["cat/.DS_Store", "cat/IMG_1.HEIC"], {"empty_class": 1, "no_images": 1}),
+        (["cat/1.jpg", "dog/.keep"], {"empty_class": 1}),
+    ],
+)
+def test_a_dataset_every_reader_refuses_is_not_clean(
+    tmp_path: Path, files: list[str], kinds: dict[str, int]
+) -> None:
+    for seed, name in enumerate(files):
+        if name.endswith(".jpg"):
+            _jpeg(tmp_path / name, seed)
+        else:
+            _write(tmp_path / name, b"\x00\x00\x00\x18ftypheic")
+    report = diagnose(tmp_path)
+    assert report.document["problems"]["by_kind"] == kinds
+    assert validate(json.loads(report.to_json()), REPORT_SCHEMA) == []
+
+
+def test_a_heic_photo_named_jpg_is_a_wrong_extension(tmp_path: Path) -> None:
+    _jpeg(tmp_path / "cat" / "1.jpg", 1)
+    _write(tmp_path / "cat" / "2.jpg", b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
+    _write(tmp_path / "cat" / "3.heic", b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("image\ncat/1.jpg\ncat/2.jpg\ncat/3.heic\n")
+    document = diagnose(manifest).document
+    assert document["wrong_extension"] == [
+        {
+            "path": str(tmp_path / "cat" / "2.jpg"),
+            "split": "all",
+            "extension": ".jpg",
+            "format": "HEIC",
+            "reason": "HEIC image named .jpg: not supported; convert it (e.g. with `heif-convert`)",
+        }
+    ]
+    assert [(f["kind"], f["reason"]) for f in document["bad_files"]] == [
+        ("unsupported", "HEIC image: not supported; convert it (e.g. with `heif-convert`)")
+    ]
+    assert (
+        f"wrong extension: {tmp_path / 'cat' / '2.jpg'} (HEIC image named .jpg: not supported; convert it "
+        "(e.g. with `heif-convert`))"
+    ) in document["problems"]["messages"]
+    assert validate(document, REPORT_SCHEMA) == []
+
+
+def test_names_that_are_not_utf8_are_examined_and_named(tmp_path: Path) -> None:
+    root = os.fsencode(tmp_path / "data")
+    for seed, name in enumerate([b"cat/ok.jpg", b"cat/caf\xe9.jpg", b"caf\xe9/x.jpg", b"caf\xe9/copy.jpg"]):
+        path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(simplejpeg.encode_jpeg(_image(min(seed, 2))))
+    out = tmp_path / "report"
+    result = _doctor(os.fsdecode(root), "--json", "--out", str(out))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    document = json.loads(result.stdout)
+    assert document == json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert document["data"]["classes"] == ["caf\udce9", "cat"] and document["data"]["files"] == 4
+    pair = document["duplicates"]["pairs"][0]
+    assert {os.fsencode(pair[side]["path"]) for side in "ab"} == {
+        os.path.join(root, b"caf\xe9/copy.jpg"),
+        os.path.join(root, b"caf\xe9/x.jpg"),
+    }
+    assert "classes.png" in document["plots"] and "duplicates/pair_000.png" in document["plots"]
+    tables = _doctor(os.fsdecode(root), "--out", str(out), "--no-plots")
+    assert tables.returncode == 1 and "caf\\xe9" in tables.stdout
+
+
+def test_examined_files_are_confined_to_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "data"
+    _jpeg(root / "cat" / "1.jpg", 1)
+    _jpeg(root / "cat" / "2.jpg", 2)
+    _jpeg(tmp_path / "secret.jpg", 3)
+    walk = layout_module.find_every_split
+
+    def walk_then_swap(*args: object, **kwargs: bool) -> object:
+        found = walk(*args, **kwargs)  # type: ignore[arg-type]
+        (root / "cat" / "2.jpg").unlink()
+        (root / "cat" / "2.jpg").symlink_to(tmp_path / "secret.jpg")
+        return found
+
+    monkeypatch.setattr(layout_module, "find_every_split", walk_then_swap)
+    bad = diagnose(root).document["bad_files"]
+    assert [(f["path"], f["kind"]) for f in bad] == [(str(root / "cat" / "2.jpg"), "unreadable")]
+    assert "outside the dataset root" in bad[0]["reason"]
+
+
+def test_data_that_cannot_be_read_is_one_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "data"
+    _jpeg(root / "cat" / "1.jpg", 1)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    (tmp_path / "file").write_text("x")
+    argv = ["--no-plots", "--out", str(tmp_path / "report")]
+    assert main(["doctor", str(fifo), *argv]) == 1
+    assert capsys.readouterr().err == (
+        f"torchloom doctor: UnsafeFileError: refusing to read {str(fifo)!r}: it is a FIFO (named pipe), "
+        "not a regular file\n"
+    )
+    assert main(["doctor", str(root), "--no-plots", "--out", str(tmp_path / "file" / "report")]) == 1
+    assert capsys.readouterr().err.startswith("torchloom doctor: NotADirectoryError: ")
+    refuse_listing(monkeypatch, root)
+    assert main(["doctor", str(root), *argv]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"torchloom doctor: UnreadableFileError: cannot read {str(root)!r}: permission denied"
+    )
+    assert error.count("\n") == 1

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,11 @@ import pytest
 
 from conftest import write_jpeg
 from torchloom import FolderDataset, ManifestDataset
+from torchloom.errors import UnsafeFileError
 from torchloom.testing import write_class_folders
 from torchloom.tools.cli import main
+from torchloom.tools.prepare import parse_rules, prepare_dataset
+from torchloom.tools.prepare.materialize import materialize
 from torchloom.tools.prepare.split import split_bounds, stratified_split
 
 COUNTS = (40, 21, 9)
@@ -238,3 +242,98 @@ def test_link_falls_back_to_copy_across_devices(
     assert prepare(raw, *rules, "--out", tmp_path / "out", "--materialize", "link", "--json") == 0
     assert json.loads(capsys.readouterr().out)["copied_instead_of_linked"] == sum(COUNTS)
     assert len(list((tmp_path / "out").rglob("*.jpg"))) == sum(COUNTS)
+
+
+def test_label_names_match_files_in_nfc(tmp_path: Path) -> None:
+    """A name copied from macOS (NFD: e + a combining accent) and the same name typed in a label
+    file (NFC) look identical: they match, for maps and for rules."""
+    raw = tmp_path / "raw"
+    write_jpeg(raw / unicodedata.normalize("NFD", "café.jpg"), seed=1)
+    write_jpeg(raw / "plain.jpg", seed=2)
+    write_jpeg(raw / unicodedata.normalize("NFC", "naïve.jpg"), seed=3)  # and the other way round
+    entries = [
+        (unicodedata.normalize("NFC", "café.jpg"), "food"),
+        ("plain.jpg", "plain"),
+        (unicodedata.normalize("NFD", "naïve.jpg"), "plain"),
+    ]
+    result = prepare_dataset(str(raw), str(tmp_path / "out"), label_entries=entries, fractions=(1.0, 0.0))
+    assert result.problem_count == 0
+    assert result.manifest.column("image").to_pylist() == [
+        unicodedata.normalize("NFD", "café.jpg"),
+        unicodedata.normalize("NFC", "naïve.jpg"),
+        "plain.jpg",
+    ]
+    rules = parse_rules([unicodedata.normalize("NFC", "food:café"), "plain:plain"])
+    by_rule = prepare_dataset(str(raw), str(tmp_path / "out2"), rules=rules, fractions=(1.0, 0.0))
+    assert by_rule.manifest.column("label").to_pylist() == ["food", "plain"]
+
+
+def test_a_name_no_manifest_can_hold_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = tmp_path / "raw"
+    write_jpeg(raw / "cat" / "ok.jpg", seed=1)
+    with open(os.path.join(os.fsencode(raw), b"cat", b"caf\xe9.jpg"), "wb") as handle:
+        handle.write((raw / "cat" / "ok.jpg").read_bytes())
+    out = tmp_path / "out"
+    assert prepare(raw, "--rule", "cat:cat", "--out", out, "--split", "1,0") == 1
+    printed = capsys.readouterr().out
+    assert "cat/caf\\xe9.jpg" in printed and "not valid UTF-8" in printed
+    with open(out / "problems.csv", newline="", encoding="utf-8") as handle:
+        problems = list(csv.DictReader(handle))
+    assert [(row["kind"], row["name"]) for row in problems] == [("unreadable", "cat/caf\\xe9.jpg")]
+    assert pq.read_table(out / "manifest.parquet").column("image").to_pylist() == ["cat/ok.jpg"]
+
+
+@pytest.mark.parametrize("mode", ["copy", "link"])
+def test_materialize_copies_only_files_inside_raw(tmp_path: Path, mode: str) -> None:
+    """A file swapped for a link out of RAW after it was checked is refused, never copied."""
+    raw = tmp_path / "raw"
+    write_jpeg(raw / "ok_1.jpg", seed=1)
+    secret = write_jpeg(tmp_path / "secret.jpg", seed=2)
+    (raw / "ok_1.jpg").unlink()
+    (raw / "ok_1.jpg").symlink_to(tmp_path / "secret.jpg")
+    target = tmp_path / "out" / "ok_1.jpg"
+    with pytest.raises(UnsafeFileError, match="outside the dataset root"):
+        materialize([str(raw / "ok_1.jpg")], [str(target)], mode=mode, inside=os.path.realpath(raw))
+    assert not target.exists() or target.read_bytes() != secret
+
+
+def test_a_link_that_is_not_the_checked_file_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = tmp_path / "raw"
+    write_jpeg(raw / "ok_1.jpg", seed=1)
+    write_jpeg(tmp_path / "secret.jpg", seed=2)
+    real_link = os.link
+
+    def swap_then_link(source: str, target: str) -> None:  # the swap lands between the open and the link
+        (raw / "ok_1.jpg").rename(raw / "kept.jpg")
+        (raw / "ok_1.jpg").symlink_to(tmp_path / "secret.jpg")
+        real_link(os.path.realpath(raw / "ok_1.jpg"), target)
+
+    monkeypatch.setattr(os, "link", swap_then_link)
+    target = tmp_path / "out" / "ok_1.jpg"
+    with pytest.raises(UnsafeFileError, match="changed while it was linked"):
+        materialize([str(raw / "ok_1.jpg")], [str(target)], mode="link", inside=os.path.realpath(raw))
+    assert not target.exists()
+
+
+def test_a_label_file_that_cannot_be_read_is_one_line(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\nok/000000.jpg,ok\n")
+    real_open = os.open
+
+    def locked(path: str, *args: int, **kwargs: int) -> int:
+        if os.fspath(path) == str(labels):
+            raise PermissionError(errno.EACCES, "Permission denied", str(labels))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", locked)
+    assert prepare(raw, "--labels", labels, "--out", tmp_path / "out") == 1
+    assert capsys.readouterr().err == (
+        f"torchloom prepare: UnreadableFileError: cannot read {str(labels)!r}: permission denied; fix its "
+        "permissions (or run as a user who may read it)\n"
+    )

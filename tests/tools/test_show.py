@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,9 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import write_jpeg
+from conftest import refuse_listing, write_jpeg
 from torchloom.errors import ConfigError
 from torchloom.testing import write_class_folders
+from torchloom.tools.bench import measure as bench_measure
 from torchloom.tools.cli import main
 from torchloom.tools.show.command import batch_tiles, open_dataset
 from torchloom.tools.show.grid import figure_pixels, grid_shape
@@ -124,3 +126,53 @@ def test_missing_matplotlib_gives_the_install_hint(
     assert main(["show", str(data), "--out", str(tmp_path / "x.png")]) == 1
     err = capsys.readouterr().err
     assert "pip install matplotlib" in err and "pip install -e '.[plot]'" in err
+
+
+def test_show_cache_and_bench_say_what_was_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An iPhone export: the HEIC and raw photos are not images the dataset reads; say so."""
+    root = tmp_path / "data"
+    for name in ("IMG_1.JPG", "IMG_2.JPG"):
+        write_jpeg(root / "cat" / name)
+    for name in ("IMG_3.HEIC", "IMG_4.HEIC", "IMG_5.dng"):
+        (root / "cat" / name).write_bytes(b"\x00\x00\x00\x18ftypheic")
+    expected = [
+        "left out: 3 ignored file(s)",
+        "  ignored (3): extension not in extensions: 'cat/IMG_3.HEIC', 'cat/IMG_4.HEIC', 'cat/IMG_5.dng'",
+    ]
+    assert main(["show", str(root), "--out", str(tmp_path / "grid.png")]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"torchloom show: {expected[0]}", expected[1]]
+    assert main(["cache", str(root), "--out", str(tmp_path / "cache")]) == 0
+    assert capsys.readouterr().err.splitlines()[-2:] == [f"torchloom cache: {expected[0]}", expected[1]]
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise ConfigError("measured nothing")
+
+    monkeypatch.setattr(bench_measure, "tune", stop)
+    assert main(["bench", str(root), "--plot", ""]) == 1
+    assert capsys.readouterr().err.splitlines()[-3:] == [  # after the validation's progress bar
+        f"torchloom bench: {expected[0]}",
+        expected[1],
+        "torchloom bench: ConfigError: measured nothing",
+    ]
+
+
+def test_show_draws_names_that_are_not_utf8(tmp_path: Path) -> None:
+    root = os.fsencode(tmp_path / "data")
+    for seed, name in enumerate([b"cat/1.jpg", b"caf\xe9/img\xff.jpg"]):
+        write_jpeg(os.fsdecode(os.path.join(root, name)), seed=seed)
+    assert main(["show", os.fsdecode(root), "--out", str(tmp_path / "grid.png")]) == 0
+    assert read_png(tmp_path / "grid.png").std() > 5
+
+
+def test_show_says_the_data_could_not_be_read_not_the_grid(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refuse_listing(monkeypatch, data)
+    assert main(["show", str(data), "--out", str(tmp_path / "grid.png")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"torchloom show: UnreadableFileError: cannot read {str(data)!r}: permission denied"
+    )
+    assert "--out" not in error

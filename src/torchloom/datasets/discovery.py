@@ -8,11 +8,17 @@ prepare``, and (through FolderDataset) ``show``, ``bench`` and ``cache``. The ru
   extension is left out (:data:`REASON_EXTENSION`).
 - **Hidden** files and folders (the name starts with ``.``: ``.DS_Store``, ``._a.jpg``, ``.git``)
   are left out (:data:`REASON_HIDDEN`); a hidden folder is noted once and not read.
+- **Metadata folders** that operating systems and archivers write beside the data
+  (:data:`METADATA_FOLDERS`: an unzipped macOS archive's ``__MACOSX``, Synology's ``@eaDir``) are
+  left out as hidden ones are (:data:`REASON_METADATA`): never a class, never read.
 - **Nesting**: files at any depth below a class folder belong to that class.
 - **Symlinks** to files and to folders are followed while they resolve inside the root; one that
-  leads outside is refused (:data:`REASON_OUTSIDE_ROOT`) unless ``allow_outside_root=True``. A
-  folder link to a folder already on its own path is a loop and is not followed
-  (:data:`REASON_LOOP`). A link to nothing is listed, so that validation reports the file missing.
+  leads outside is refused (:data:`REASON_OUTSIDE_ROOT`) unless ``allow_outside_root=True``, even
+  when what it points to does not exist (yet). A folder link to a folder already on its own path
+  is a loop and is not followed (:data:`REASON_LOOP`). A link to nothing is listed, so that
+  validation reports the file missing; where a class folder is expected, a link to nothing named
+  as folders are (no extension: a class folder on a disk not mounted) keeps its class and is
+  refused (:data:`REASON_MISSING_FOLDER`).
 - **Not regular files**: a FIFO, device or socket named like a sample is listed, so that the
   reader refuses it with its reason before reading a byte (it never blocks a worker).
 - **Stray files** where no sample can be (beside the class folders, beside the split folders) are
@@ -20,14 +26,16 @@ prepare``, and (through FolderDataset) ``show``, ``bench`` and ``cache``. The ru
   (:data:`REASON_BESIDE_SPLITS`).
 - **Empty classes** stay in ``classes``, so label numbers do not shift
   (:attr:`Discovery.empty_classes` names them).
-- **Unlistable folders** are refused (:data:`REASON_UNLISTABLE`, with the system's error).
+- **Unlistable folders** are refused (:data:`REASON_UNLISTABLE`, with the system's error); a root
+  that cannot be listed is an :class:`~torchloom.errors.UnreadableFileError` naming the fix.
 - **Order** follows the path's components: class folders sorted by name, and within each folder
   its entries sorted by name, a sub-folder's files coming where the sub-folder sorts.
 
 Layouts: class folders ``root/<class>/...``; a split root ``root/<split>/<class>/...`` when one of
 root's folders has a name of :data:`SPLIT_NAMES` (in any case), read one split at a time by a
-dataset (its classes taken from every split, so label numbers agree between splits) or all at
-once by :func:`find_every_split`; files directly in a root without class folders (unlabelled);
+dataset (its classes taken from every split, so label numbers agree between splits: a split that
+cannot be listed for its class names is a :class:`~torchloom.errors.ConfigError` naming the fix)
+or all at once by :func:`find_every_split`; files directly in a root without class folders (unlabelled);
 and, for ``torchloom prepare``, a tree of sample files at any depth (:func:`find_tree`).
 
 Manifests are not walked (a row names its file). Of the rules above, those about the file a row
@@ -61,30 +69,37 @@ import numpy as np
 
 from torchloom.datasets.index import DatasetReport, StringColumn
 from torchloom.datasets.walk import (
-    FOLDER,
+    METADATA_FOLDERS,
     REASON_BESIDE_SPLITS,
     REASON_EXTENSION,
     REASON_HIDDEN,
     REASON_LOOP,
+    REASON_METADATA,
+    REASON_MISSING_FOLDER,
     REASON_NOT_IN_CLASS,
     REASON_OUTSIDE_ROOT,
     REASON_UNLISTABLE,
+    REFUSAL_FIXES,
     REFUSALS,
     Exclusion,
     FolderEntry,
     FolderWalk,
     is_class_folder,
+    left_out_by_name,
     list_folder,
 )
 from torchloom.errors import ConfigError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "METADATA_FOLDERS",
     "NO_SPLIT",
     "REASON_BESIDE_SPLITS",
     "REASON_EXTENSION",
     "REASON_HIDDEN",
     "REASON_LOOP",
+    "REASON_METADATA",
+    "REASON_MISSING_FOLDER",
     "REASON_NOT_IN_CLASS",
     "REASON_OUTSIDE_ROOT",
     "REASON_UNLISTABLE",
@@ -137,8 +152,17 @@ class Discovery:
 
     @property
     def refused(self) -> list[Exclusion]:
-        """The exclusions of would-be samples (links leading outside, unlistable folders)."""
-        return [item for item in self.excluded if item.refused]
+        """The exclusions of would-be samples (links leading outside, unlistable folders; for a
+        manifest, every row left out: a row names its file)."""
+        return [item for item in self.excluded if self._refuses(item)]
+
+    @property
+    def ignored(self) -> list[Exclusion]:
+        """The exclusions of entries that are not samples (hidden, another extension, stray)."""
+        return [item for item in self.excluded if not self._refuses(item)]
+
+    def _refuses(self, item: Exclusion) -> bool:
+        return item.refused or self.layout == "manifest"
 
     def counts(self) -> dict[str, int]:
         """How many entries each reason left out.
@@ -162,10 +186,10 @@ class Discovery:
     def add_to(self, report: DatasetReport) -> None:
         """Record the exclusions in a dataset's report: refusals as invalid, the rest as ignored."""
         for item in self.excluded:
-            if item.refused:
+            if self._refuses(item):
                 report.invalid.append((item.path, item.text))
             else:
-                report.ignore(item.path, item.text)
+                report.ignore(item.path, item.text, kind=item.reason)
 
 
 def find_samples(
@@ -207,14 +231,17 @@ def find_samples(
     ]
     if len(chosen) != 1:
         raise ConfigError(f"split={split!r} is not one of the split folders {names} of {walk.root!r}")
-    return _splits(walk, entries, splits, chosen)
+    return _splits(walk, entries, splits, chosen, what)
 
 
 def find_every_split(
-    root: str | os.PathLike[str], *, extensions: Sequence[str] = IMAGE_EXTENSIONS
+    root: str | os.PathLike[str],
+    *,
+    extensions: Sequence[str] = IMAGE_EXTENSIONS,
+    allow_outside_root: bool = False,
 ) -> Discovery:
     """As :func:`find_samples`, but a split root is read whole, every split (``torchloom doctor``)."""
-    walk = FolderWalk(root, extensions, allow_outside_root=False)
+    walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root)
     entries = walk.top()
     splits = _split_folders(entries)
     return _splits(walk, entries, splits, splits) if splits else _classes_or_files(walk, entries)
@@ -251,19 +278,33 @@ def _classes_or_files(walk: FolderWalk, entries: list[FolderEntry]) -> Discovery
 
 
 def _splits(
-    walk: FolderWalk, entries: list[FolderEntry], splits: list[FolderEntry], chosen: list[FolderEntry]
+    walk: FolderWalk,
+    entries: list[FolderEntry],
+    splits: list[FolderEntry],
+    chosen: list[FolderEntry],
+    what: str = "the dataset",
 ) -> Discovery:
-    """The ``chosen`` splits of a split root, with the classes of every split."""
+    """The ``chosen`` splits of a split root, with the classes of every split: a split not chosen
+    that cannot be listed is a :class:`~torchloom.errors.ConfigError` (without its class names,
+    the label numbers could differ from those of a dataset of that split)."""
     for entry in entries:
-        if entry.name.startswith("."):
-            walk.exclude(entry.path, REASON_HIDDEN)
+        reason = left_out_by_name(entry.name)
+        if reason is not None:
+            walk.exclude(entry.path, reason)
         elif not any(entry is split for split in splits):
-            walk.exclude(entry.path, REASON_BESIDE_SPLITS if entry.is_dir() else REASON_NOT_IN_CLASS)
+            walk.exclude(entry.path, REASON_BESIDE_SPLITS if is_class_folder(entry) else REASON_NOT_IN_CLASS)
     listed: list[tuple[str, list[FolderEntry]]] = []
     for split in splits:  # the splits not chosen are listed for their class names only
-        kind, real = walk.resolve(split, walk.real_root, (walk.real_root,), quiet=split not in chosen)
-        listing = walk.listing(split.path) if kind == FOLDER else None
-        listed.append((real, listing or []))
+        noted = len(walk.excluded)
+        listing = walk.folder_listing(split, walk.real_root, (walk.real_root,))
+        if listing is None and split not in chosen and len(walk.excluded) > noted:
+            refusal = walk.excluded[noted]
+            raise ConfigError(
+                f"the split folder {split.path!r} cannot be read ({refusal.text}), and {what} numbers "
+                "its labels by the classes of every split, so that they agree between splits; "
+                f"{REFUSAL_FIXES.get(refusal.reason, 'fix it')}"
+            )
+        listed.append(listing or ("", []))
     classes = walk.class_names([listing for _, listing in listed])
     files: list[str] = []
     labels: list[int] = []

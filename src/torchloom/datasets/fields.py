@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from torchloom.datasets.index import StringColumn
-from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
-from torchloom.io.files import lies_inside
+from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError, UnsupportedURLError
+from torchloom.io.files import backend_for, is_url, lies_inside
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
@@ -102,19 +102,29 @@ class Image:
         return CompiledField(self.name, StringColumn.from_strings(resolved), invalid)
 
     def _resolve(self, row: int, value: str, context: FieldContext, real_folders: dict[str, str]) -> str:
-        joined = os.path.join(context.root, value)
+        """The path of ``value`` (relative to the root, or absolute inside it), refused when it
+        leads outside the root; a URL is left as it is, for the file layer to serve or refuse."""
+        if is_url(value):
+            try:
+                backend_for(value)  # an UnsupportedURLError until an object-store backend plugs in
+            except UnsupportedURLError as exc:
+                raise UnsupportedURLError(f"manifest row {row}: {exc}") from None
+            return value
+        joined = os.path.join(context.root, value)  # an absolute value stays as it is
         if context.allow_outside_root:
             return joined
-        if os.path.isabs(value):
-            raise PathOutsideRootError(row, value, context.root, "is absolute")
+        absolute = os.path.isabs(value)
         normal = os.path.normpath(value)
-        if normal == ".." or normal.startswith(".." + os.sep):
+        if not absolute and (normal == ".." or normal.startswith(".." + os.sep)):
             raise PathOutsideRootError(row, value, context.root, "climbs with '..'")
+        plainly_inside = not absolute or lies_inside(normal, os.path.normpath(os.path.abspath(context.root)))
         if context.check_symlinks:
             real = _real_path(joined, real_folders)
-            root_real = _real_path(context.root, real_folders)
-            if not lies_inside(real, root_real):
-                raise PathOutsideRootError(row, value, context.root, f"is a symlink to {real!r}")
+            if not lies_inside(real, _real_path(context.root, real_folders)):
+                why = f"is a symlink to {real!r}" if plainly_inside else "is absolute"
+                raise PathOutsideRootError(row, value, context.root, why)
+        elif not plainly_inside:
+            raise PathOutsideRootError(row, value, context.root, "is absolute")
         return joined
 
 

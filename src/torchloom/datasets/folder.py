@@ -14,7 +14,8 @@ from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
 from torchloom.datasets.index import DatasetReport, SampleIndex, check_image_file, keep_valid, validate_files
 from torchloom.datasets.options import IndexingOptions, indexing_settings
-from torchloom.errors import EmptyDatasetError, MissingFileError, ValidationFailedError
+from torchloom.datasets.walk import require_folder
+from torchloom.errors import EmptyDatasetError, ValidationFailedError
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 
 
@@ -74,8 +75,7 @@ class FolderDataset(IndexedDataset):
     ) -> None:
         sample, indexing = indexing_settings(options, what="FolderDataset")
         self.root = os.fspath(root)
-        if not os.path.isdir(self.root):
-            raise MissingFileError(f"FolderDataset root {self.root!r} is not a folder")
+        require_folder(self.root, "FolderDataset root ")
         found = find_samples(
             self.root,
             extensions=extensions,
@@ -98,9 +98,10 @@ class FolderDataset(IndexedDataset):
             )
         self.report = DatasetReport()
         found.add_to(self.report)
+        read_root = indexing.read_root(self.root)
         reasons = validate_files(
             found.paths,
-            lambda path: check_image_file(path, indexing.validate, max_pixels),
+            lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
             num_threads=indexing.num_threads,
             progress=indexing.progress and indexing.validate != "none",
             description=f"validating {os.path.basename(self.root) or self.root}",
@@ -119,7 +120,7 @@ class FolderDataset(IndexedDataset):
             )
         index = SampleIndex(found.paths, found.labels).take(keep)
         super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
-        self.read_root = indexing.read_root(self.root)
+        self.read_root = read_root
         self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:
             warnings.warn(

@@ -23,15 +23,9 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from torchloom.errors import (
-    ConfigError,
-    DecodeError,
-    MissingFileError,
-    SampleIndexError,
-    UnsafeFileError,
-    ValidationFailedError,
-)
-from torchloom.io.files import file_info
+from torchloom.errors import ConfigError, SampleIndexError, ValidationFailedError
+from torchloom.io.file_errors import failure_reason
+from torchloom.io.files import read_range
 from torchloom.io.image import DEFAULT_MAX_PIXELS, probe_file, read_image
 
 Validate = Literal["none", "exists", "header", "full"]
@@ -136,33 +130,87 @@ class DatasetReport:
     """What a dataset left out at construction, and why.
 
     ``invalid`` lists samples that failed validation; ``ignored`` lists (up to
-    ``MAX_IGNORED_EXAMPLES``) files that are not samples, with ``ignored_count`` exact;
-    ``empty_classes`` names class folders that held no images.
+    ``MAX_IGNORED_EXAMPLES``) files that are not samples, with ``ignored_count`` exact and
+    ``ignored_by_reason`` counting them by reason; ``empty_classes`` names class folders that held
+    no images. ``str(report)`` lists everything, :meth:`summary` a line per reason.
     """
 
     invalid: list[tuple[str, str]] = field(default_factory=list)
     ignored: list[tuple[str, str]] = field(default_factory=list)
     ignored_count: int = 0
     empty_classes: list[str] = field(default_factory=list)
+    ignored_by_reason: dict[str, int] = field(default_factory=dict)
 
-    def ignore(self, path: str, reason: str) -> None:
+    def ignore(self, path: str, reason: str, *, kind: str | None = None) -> None:
+        """Note the file ``path``, ignored for ``reason``; ``kind``: the reason without its detail,
+        by which ``ignored_by_reason`` counts it (default: the reason)."""
         self.ignored_count += 1
+        key = kind or reason
+        self.ignored_by_reason[key] = self.ignored_by_reason.get(key, 0) + 1
         if len(self.ignored) < MAX_IGNORED_EXAMPLES:
             self.ignored.append((path, reason))
+
+    def summary(self, *, root: str | None = None, examples: int = 3) -> list[str]:
+        """What was left out, a line per reason with its count and first ``examples`` files (named
+        relative to ``root`` when they lie in it, quoted); empty when nothing was left out.
+
+        Example:
+            >>> report = DatasetReport()
+            >>> report.ignore("/data/cat/IMG_3.HEIC", "extension not in extensions")
+            >>> report.invalid.append(("/data/cat/2.jpg", "file does not exist"))
+            >>> print("\\n".join(report.summary(root="/data")))
+            left out: 1 invalid sample(s), 1 ignored file(s)
+              invalid (1): file does not exist: 'cat/2.jpg'
+              ignored (1): extension not in extensions: 'cat/IMG_3.HEIC'
+        """
+        if not (self.invalid or self.ignored_count or self.empty_classes):
+            return []
+        counts = (
+            (len(self.invalid), "invalid sample(s)"),
+            (self.ignored_count, "ignored file(s)"),
+            (len(self.empty_classes), "empty class(es) kept"),
+        )
+        lines = ["left out: " + ", ".join(f"{count} {what}" for count, what in counts if count)]
+        by_reason: dict[str, list[str]] = {}
+        for path, reason in self.invalid:
+            by_reason.setdefault(reason, []).append(path)
+        for reason, paths in by_reason.items():
+            named = _examples(paths, len(paths), root, examples)
+            lines.append(f"  invalid ({len(paths)}): {reason}: {named}")
+        for kind, count in self.ignored_by_reason.items():
+            paths = [path for path, text in self.ignored if text == kind or text.startswith(kind + ": ")]
+            lines.append(f"  ignored ({count}): {kind}: {_examples(paths, count, root, examples)}")
+        if self.empty_classes:
+            lines.append(f"  empty class(es) ({len(self.empty_classes)}): {self.empty_classes}")
+        return lines
 
     def __str__(self) -> str:
         lines = [
             f"{len(self.invalid)} invalid sample(s) excluded, {self.ignored_count} file(s) ignored, "
             f"{len(self.empty_classes)} empty class(es)"
         ]
-        lines += [f"  invalid {path}: {reason}" for path, reason in self.invalid]
-        lines += [f"  ignored {path}: {reason}" for path, reason in self.ignored]
+        # Quoted: a trailing space or an undecodable byte in a name stays visible.
+        lines += [f"  invalid {path!r}: {reason}" for path, reason in self.invalid]
+        lines += [f"  ignored {path!r}: {reason}" for path, reason in self.ignored]
         lines += [f"  empty class {name!r}" for name in self.empty_classes]
         return "\n".join(lines)
 
 
-def check_image_file(path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PIXELS) -> str | None:
-    """Return why ``path`` is not a usable image under ``mode``, or ``None`` when it is.
+def _examples(paths: list[str], count: int, root: str | None, most: int) -> str:
+    """The first ``most`` of ``paths`` (``count`` in all), quoted, relative to ``root`` inside it."""
+    prefix = os.path.join(root, "") if root else None
+    relative = [path[len(prefix) :] if prefix and path.startswith(prefix) else path for path in paths[:most]]
+    named = [repr(path) for path in relative]
+    more = count - len(named)
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+def check_image_file(
+    path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PIXELS, *, inside: str | None = None
+) -> str | None:
+    """Return why ``path`` is not a usable image under ``mode``, or ``None`` when it is, worded
+    as every report words it (:func:`torchloom.io.file_errors.failure_reason`). ``inside``: the
+    real folder the file must resolve into, checked on the opened file as every read is.
 
     Example:
         >>> check_image_file("/nonexistent.jpg", "exists")
@@ -172,18 +220,15 @@ def check_image_file(path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PI
         return None
     try:
         if mode == "exists":
-            file_info(path)  # a regular file is there; the read opens it and checks it again
+            # Opened and closed, as reads will open it: a regular file is there, inside the root.
+            read_range(path, 0, 0, inside=inside)
         elif mode == "full":
-            read_image(path, max_pixels=max_pixels)
+            read_image(path, max_pixels=max_pixels, inside=inside)
         else:
-            probe_file(path, max_pixels=max_pixels)
+            probe_file(path, max_pixels=max_pixels, inside=inside)
         return None
-    except MissingFileError:
-        return "file does not exist"
-    except UnsafeFileError as exc:  # a FIFO, a device, a folder: refused before a byte is read
-        return exc.why
     except Exception as exc:  # every failure is a reason to exclude the file, reported by name
-        return exc.reason if isinstance(exc, DecodeError) else f"{type(exc).__name__}: {exc}"
+        return failure_reason(exc, path)
 
 
 def validate_files(

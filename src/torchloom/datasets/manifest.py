@@ -35,12 +35,13 @@ class ManifestDataset(IndexedDataset):
     """Samples from the rows of a manifest, with declared fields.
 
     Each field reads its columns once, at construction, into numpy buffers: ``Image`` paths
-    (which must resolve inside ``root``, by default the manifest's folder), ``Label`` numbers,
-    ``Numeric`` float32 vectors (with a NaN policy) and ``Text`` strings. Rows a field rejects
-    and images that fail validation are excluded and listed in :attr:`report`, or raise one
-    error listing them all with ``strict=True``. A path that leaves ``root`` (``..``, absolute,
-    or a symlink) always raises :class:`torchloom.errors.PathOutsideRootError` naming the row,
-    unless ``allow_outside_root=True``.
+    (relative to ``root``, by default the manifest's folder, or absolute; either must resolve
+    inside ``root``), ``Label`` numbers, ``Numeric`` float32 vectors (with a NaN policy) and
+    ``Text`` strings. Rows a field rejects and images that fail validation are excluded and listed
+    in :attr:`report`, or raise one error listing them all with ``strict=True``. A path that
+    leaves ``root`` (``..``, an absolute path elsewhere, or a symlink) always raises
+    :class:`torchloom.errors.PathOutsideRootError` naming the row, unless
+    ``allow_outside_root=True``; a URL (``s3://...``) an :class:`~torchloom.errors.UnsupportedURLError`.
 
     Samples are dicts with one entry per field (under its ``name``), plus ``"index"`` and, with
     an image, ``"path"``.
@@ -106,11 +107,12 @@ class ManifestDataset(IndexedDataset):
             for row, reason in column.invalid.items():
                 reasons[row] = reasons[row] or reason
         paths = self._image_paths(compiled, table.num_rows)
+        read_root = indexing.read_root(self.root)
         if self.image_field is not None:
             pending = np.flatnonzero(reasons == None)  # noqa: E711
             checks = validate_files(
                 [paths[int(row)] for row in pending],
-                lambda path: check_image_file(path, indexing.validate, max_pixels),
+                lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
                 num_threads=indexing.num_threads,
                 progress=indexing.progress and indexing.validate != "none",
                 description=f"validating {os.path.basename(self.source)}",
@@ -135,7 +137,7 @@ class ManifestDataset(IndexedDataset):
             label.values if label is not None else np.full(len(keep), -1, np.int64),
         )
         super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
-        self.read_root = indexing.read_root(self.root)
+        self.read_root = read_root
 
     def column(self, name: str) -> np.ndarray | StringColumn:
         """The values field ``name`` gives its samples, one per sample, e.g. the ids of a ``JoinKey``."""

@@ -43,14 +43,8 @@ from torchloom.datasets.index import (
 )
 from torchloom.datasets.manifest import _load_manifest
 from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
-from torchloom.errors import (
-    ConfigError,
-    DataError,
-    DecodeError,
-    EmptyDatasetError,
-    MissingFileError,
-    UsageError,
-)
+from torchloom.errors import ConfigError, DataError, EmptyDatasetError, MissingFileError, UsageError
+from torchloom.io.file_errors import failure_reason
 from torchloom.io.table import MANIFEST_SUFFIXES
 
 Header = TypeVar("Header")
@@ -208,7 +202,7 @@ def probe_files(
         try:
             headers[path] = probe(path)
         except (DataError, OSError) as exc:
-            return exc.reason if isinstance(exc, DecodeError) and exc.path else f"{type(exc).__name__}: {exc}"
+            return failure_reason(exc, path)
         return None
 
     reasons = validate_files(

@@ -14,6 +14,10 @@ Every read opens the file once and checks what was opened, never the path before
   the very file opened (same device and inode): escapes are still refused, but at the cost of a
   walk of the path (one ``lstat`` per component) and a file replaced by a legitimate rename in
   that instant is refused rather than read.
+- **Typed errors.** A file that is not there is a :class:`~torchloom.errors.MissingFileError`; one
+  that is there but cannot be read (permission denied, a symlink loop, a path too long for the
+  system, an I/O error) an :class:`~torchloom.errors.UnreadableFileError` naming it and the fix
+  (:mod:`torchloom.io.file_errors`, which also words them as every report lists them).
 - **A size guard** (``max_bytes``) refuses a larger file before reading it, and a file that grows
   past it while being read.
 - **Whole or in part**: :func:`read_bytes` reads to the end of the file (what was appended since
@@ -38,14 +42,14 @@ Example:
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
-from torchloom.errors import ConfigError, DecodeError, MissingFileError, UnsafeFileError, UnsupportedURLError
+from torchloom.errors import ConfigError, DecodeError, UnsafeFileError, UnsupportedURLError
+from torchloom.io.file_errors import file_error, kind_of
 
 #: ``scheme://`` at the start of a path: a URL, not a local file.
 URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -152,10 +156,10 @@ class LocalFiles:
     def info(self, path: str) -> FileInfo:
         try:
             status = os.stat(path)
-        except FileNotFoundError:
-            raise _missing(path) from None
+        except OSError as exc:
+            raise file_error(path, exc) from None
         if not stat.S_ISREG(status.st_mode):
-            raise UnsafeFileError(path, f"it is {_kind(status.st_mode)}, not a regular file")
+            raise UnsafeFileError(path, f"it is {kind_of(status.st_mode)}, not a regular file")
         return FileInfo(status.st_size, status.st_mtime_ns)
 
 
@@ -173,13 +177,23 @@ def backend_for(path: str, backend: FileBackend | None = None) -> FileBackend:
     """
     if backend is not None:
         return backend
-    if "://" in path and URL_PATTERN.match(path):
+    if is_url(path):
         scheme = path.split("://", 1)[0]
         raise UnsupportedURLError(
             f"{path!r} is a {scheme}:// URL, and object-store URLs are not supported yet: torchloom "
             "reads local files; copy the data to a local folder (or mount the bucket) and pass its path"
         )
     return LOCAL_FILES
+
+
+def is_url(path: str) -> bool:
+    """Whether ``path`` is a URL (``scheme://...``) rather than a local path.
+
+    Example:
+        >>> is_url("s3://bucket/cat/1.jpg"), is_url("cat/1.jpg"), is_url("/data/a://b.jpg")
+        (True, False, False)
+    """
+    return "://" in path and URL_PATTERN.match(path) is not None
 
 
 def read_bytes(
@@ -306,16 +320,12 @@ def _open_checked(path: str, inside: str | None) -> tuple[int, os.stat_result]:
     descriptor (non-blocking, which changes nothing for a regular file's reads) and its fstat."""
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
-    except FileNotFoundError:
-        raise _missing(path) from None
     except OSError as exc:
-        if exc.errno == errno.ENXIO:  # a socket, or a device without a driver: no open can work
-            raise UnsafeFileError(path, f"it is {_kind_at(path)}, not a regular file") from None
-        raise
+        raise file_error(path, exc) from None
     try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):
-            raise UnsafeFileError(path, f"it is {_kind(status.st_mode)}, not a regular file")
+            raise UnsafeFileError(path, f"it is {kind_of(status.st_mode)}, not a regular file")
         if inside is not None:
             _check_confined(descriptor, path, status, inside)
     except BaseException:
@@ -396,27 +406,3 @@ def _read_all(descriptor: int, expected: int, *, whole: bool, most: int | None) 
         if most is not None and total > most:
             raise _GrewError(most)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _missing(path: str) -> MissingFileError:
-    return MissingFileError(f"file {path!r} does not exist; check the path (and the dataset's root)")
-
-
-def _kind(mode: int) -> str:
-    """A readable name for the kind of file ``mode`` (an ``st_mode``) describes."""
-    kinds = (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def _kind_at(path: str) -> str:
-    """The kind of what ``path`` names, for a file that could not even be opened."""
-    try:
-        return _kind(os.stat(path).st_mode)
-    except OSError:
-        return "not a regular file"

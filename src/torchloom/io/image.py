@@ -53,6 +53,32 @@ _SIXTEEN_BIT_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 SizeLike = int | tuple[int, int]
 
+#: Image formats in an ISO media container (what phones save), known by the container's brand:
+#: recognised and named, not decoded.
+CONTAINER_BRANDS = {
+    **dict.fromkeys((b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"), "HEIC"),
+    **dict.fromkeys((b"avif", b"avis"), "AVIF"),
+}
+#: The extensions each container format goes by.
+CONTAINER_EXTENSIONS = {"HEIC": (".heic", ".heif", ".hif"), "AVIF": (".avif",)}
+
+
+def container_format(data: bytes) -> str | None:
+    """``"HEIC"`` or ``"AVIF"`` for the bytes of an image in an ISO media container (its ``ftyp``
+    box's major brand, or one of its compatible brands), else ``None``.
+
+    Example:
+        >>> container_format(b"\\x00\\x00\\x00\\x18ftypheic\\x00\\x00\\x00\\x00mif1heic")
+        'HEIC'
+        >>> container_format(b"GIF89a") is None
+        True
+    """
+    if data[4:8] != b"ftyp":
+        return None
+    size = int.from_bytes(data[:4], "big")
+    brands = [data[8:12]] + [data[i : i + 4] for i in range(16, min(size, len(data), 64), 4)]
+    return next((CONTAINER_BRANDS[brand] for brand in brands if brand in CONTAINER_BRANDS), None)
+
 
 @dataclass(frozen=True)
 class ImageHeader:
@@ -213,9 +239,10 @@ def read_image(
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     orient: bool = True,
+    inside: str | None = None,
 ) -> np.ndarray:
     """Read an image file into an RGB ``uint8`` HWC array, upright (EXIF orientation applied
-    unless ``orient=False``).
+    unless ``orient=False``); ``inside``: a real folder the file must resolve into.
 
     Raises :class:`DecodeError` naming the file for empty, truncated, corrupt, non-image and
     oversized (more than ``max_pixels``) files; ``OSError`` for files that cannot be opened.
@@ -229,7 +256,7 @@ def read_image(
         >>> image.shape, image.dtype, int(image[0, 0, 2])
         ((4, 5, 3), dtype('uint8'), 7)
     """
-    data = read_image_bytes(path, max_pixels=max_pixels)
+    data = read_image_bytes(path, max_pixels=max_pixels, inside=inside)
     return decode_image(data, path, min_size=min_size, max_pixels=max_pixels, orient=orient)
 
 
@@ -311,6 +338,13 @@ def _open_with_pillow(data: bytes, path: str | os.PathLike[str]) -> Image.Image:
     except Image.DecompressionBombError as exc:
         raise DecodeError(path, f"refused as a possible decompression bomb ({exc})") from exc
     except UnidentifiedImageError as exc:
+        container = container_format(data)
+        if container is not None:
+            extension = os.path.splitext(os.fspath(path))[1]
+            named = "" if extension.lower() in CONTAINER_EXTENSIONS[container] else f" named {extension}"
+            raise DecodeError(
+                path, f"{container} image{named}: not supported; convert it (e.g. with `heif-convert`)"
+            ) from exc
         raise DecodeError(
             path, f"not a supported image (starts with {data[:8]!r}; reads {', '.join(PILLOW_FORMATS)})"
         ) from exc

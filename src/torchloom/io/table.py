@@ -27,6 +27,8 @@ from torchloom.errors import ManifestError
 from torchloom.io.files import open_file
 
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
+# Bytes copied at a time from a manifest into Arrow's memory.
+_COPY_CHUNK = 1 << 20
 
 
 def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = ()) -> pa.Table:
@@ -43,47 +45,65 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
         raise ManifestError(
             f"manifest {text_path!r} has extension {suffix!r}; expected one of {MANIFEST_SUFFIXES}"
         )
-    with open_file(text_path) as handle:  # opened once: every reader below reads this handle
-        try:
-            return _read_open_table(text_path, suffix, handle, string_columns)
-        except ManifestError:
-            raise
-        except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
+    with open_file(text_path) as handle:  # opened once, read once, into memory Arrow owns
+        data = arrow_buffer(handle)
+    try:
+        return _read_buffer_table(text_path, suffix, data, string_columns)
+    except ManifestError:
+        raise
+    except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
 
 
-def _read_open_table(path: str, suffix: str, handle: BinaryIO, string_columns: Sequence[str]) -> pa.Table:
+def arrow_buffer(handle: BinaryIO) -> pa.Buffer:
+    """The rest of an open file's bytes, copied into memory Arrow owns, for Arrow's readers.
+
+    Arrow's readers work on Arrow's own threads, and the last task to finish drops the reader's
+    references there, after the read has returned. Were one a Python object (a file, ``bytes``),
+    that thread would take the GIL to release it; at interpreter exit Python ends a thread that
+    asks for the GIL, inside Arrow's destructor, and the process aborts ("terminate called
+    without an active exception"). Memory Arrow owns is released without the GIL.
+
+    Example:
+        >>> import io
+        >>> arrow_buffer(io.BytesIO(b"a,b\\n1,2\\n")).to_pybytes()
+        b'a,b\\n1,2\\n'
+    """
+    sink = pa.BufferOutputStream()
+    while chunk := handle.read(_COPY_CHUNK):
+        sink.write(chunk)
+    buffer: pa.Buffer = sink.getvalue()
+    return buffer
+
+
+def _read_buffer_table(path: str, suffix: str, data: pa.Buffer, string_columns: Sequence[str]) -> pa.Table:
     if suffix in (".parquet", ".pq"):
-        return pa_parquet.read_table(handle)
+        return pa_parquet.read_table(pa.BufferReader(data))
     if suffix in (".csv", ".tsv"):
         options = pa_csv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
         convert = pa_csv.ConvertOptions(
             column_types={name: pa.string() for name in string_columns}, strings_can_be_null=True
         )
         try:
-            return pa_csv.read_csv(handle, parse_options=options, convert_options=convert)
+            return pa_csv.read_csv(pa.BufferReader(data), parse_options=options, convert_options=convert)
         except pa.ArrowInvalid as exc:
-            handle.seek(0)
-            line = csv_problem_line(handle.read(), options.delimiter)
+            line = csv_problem_line(data.to_pybytes(), options.delimiter)
             raise ManifestError(f"cannot read manifest {path!r}{line}: {exc}") from exc
-    if suffix == ".json" and handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
-        handle.seek(0)
+    if suffix == ".json" and data[:4096].to_pybytes().lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
         try:
-            rows = json.loads(handle.read().decode("utf-8-sig"))
+            rows = json.loads(data.to_pybytes().decode("utf-8-sig"))
         except json.JSONDecodeError as exc:
             where = f"manifest {path!r} line {exc.lineno} column {exc.colno}"
             raise ManifestError(f"{where}: invalid JSON ({exc.msg})") from exc
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise ManifestError(f"manifest {path!r} must be a JSON list of objects")
         return _rows_table(rows)
-    handle.seek(0)
     try:
-        return pa_json.read_json(handle)
+        return pa_json.read_json(pa.BufferReader(data))
     except pa.ArrowInvalid:
         # Arrow's reader cannot say which line failed (it counts rows within a block) and
         # refuses lines longer than its block: read line by line to load it or name the line.
-        handle.seek(0)
-        return _read_json_lines(path, handle)
+        return _read_json_lines(path, io.BytesIO(data.to_pybytes()))
 
 
 _CANONICAL_INT = r"^-?(0|[1-9][0-9]{0,17})$"
@@ -92,11 +112,11 @@ _CANONICAL_FLOAT = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$|^-?\.[0-9]
 
 def read_csv_as_text(source: io.BytesIO, delimiter: str = ",") -> pa.Table:
     """CSV bytes with every column read as text (empty cells null); the header row names them."""
+    data = arrow_buffer(source)  # Arrow's threads never hold the Python object (see arrow_buffer)
     parse = pa_csv.ParseOptions(delimiter=delimiter)
-    names = pa_csv.open_csv(source, parse_options=parse).schema.names
-    source.seek(0)
+    names = pa_csv.open_csv(pa.BufferReader(data), parse_options=parse).schema.names
     convert = pa_csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True)
-    return pa_csv.read_csv(source, parse_options=parse, convert_options=convert)
+    return pa_csv.read_csv(pa.BufferReader(data), parse_options=parse, convert_options=convert)
 
 
 def csv_problem_line(data: bytes, delimiter: str = ",") -> str:

@@ -2,7 +2,10 @@
 
 Every command prints through one :class:`Output`, so a person at a terminal gets coloured tables
 and a progress bar, and a pipe (``torchloom doctor data | grep``) gets plain aligned columns with
-no box drawing and no escape codes. Exit statuses are shared by every subcommand.
+no box drawing and no escape codes. Exit statuses are shared by every subcommand, and so is the one
+line a command prints when it cannot go on (:func:`fail`). File names that are not valid UTF-8
+(kept in ``str`` as surrogate escapes) are printed with :func:`printable` and written into JSON
+with :func:`json_text`, so that every file is named and no output stream refuses the text.
 
 Example:
     >>> import io
@@ -18,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,9 +60,53 @@ def positive_int(text: str) -> int:
     return value
 
 
+def printable(text: str) -> str:
+    """``text`` as any output takes it: the bytes of a file name that are not valid UTF-8 (kept in
+    ``str`` as surrogate escapes) shown as ``\\xNN``.
+
+    Example:
+        >>> print(printable("caf\\udce9.jpg"), printable("猫.jpg"))
+        caf\\xe9.jpg 猫.jpg
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def json_text(document: object) -> str:
+    """``document`` as indented JSON that any output takes: non-ASCII text as it is, a file name's
+    bytes that are not valid UTF-8 as ``\\udcNN`` escapes, which :func:`json.loads` turns back into
+    the very name Python uses for that file.
+
+    Example:
+        >>> text = json_text({"path": "caf\\udce9.jpg"})
+        >>> "\\\\udce9" in text, json.loads(text)["path"] == "caf\\udce9.jpg"
+        (True, True)
+    """
+    return json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
+
+
+def fail(command: str, error: BaseException) -> int:
+    """Print the one line a command prints when it cannot go on, ``torchloom <command>: <error>``,
+    on stderr; returns :data:`EXIT_PROBLEMS`.
+
+    Example:
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+        ...     fail("doctor", OSError("disk full"))
+        1
+        >>> err.getvalue()
+        'torchloom doctor: OSError: disk full\\n'
+    """
+    print(f"torchloom {command}: {type(error).__name__}: {printable(str(error))}", file=sys.stderr)
+    return EXIT_PROBLEMS
+
+
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """The DATA argument of the commands that read a dataset as FolderDataset or ManifestDataset
-    would, and ``--split``, the split folder to read when DATA is a split root.
+    would, ``--split``, the split folder to read when DATA is a split root, and
+    ``--allow-outside-root``.
 
     Example:
         >>> parser = argparse.ArgumentParser()
@@ -72,6 +120,24 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--split", default=None, help="the split folder to read when DATA is a split root (train, val, ...)"
     )
+    add_outside_root_argument(parser)
+
+
+def add_outside_root_argument(parser: argparse.ArgumentParser) -> None:
+    """``--allow-outside-root``: follow symlinks (and manifest paths) that lead outside DATA, as
+    ``allow_outside_root=True`` does."""
+    parser.add_argument(
+        "--allow-outside-root",
+        action="store_true",
+        help="follow symlinks and manifest paths that lead outside DATA (refused by default)",
+    )
+
+
+def print_left_out(command: str, lines: Sequence[str]) -> None:
+    """Print on stderr what a dataset left out (:meth:`torchloom.datasets.DatasetReport.summary`'s
+    lines), the first prefixed ``torchloom <command>:``."""
+    for number, line in enumerate(lines):
+        print(f"torchloom {command}: {printable(line)}" if number == 0 else printable(line), file=sys.stderr)
 
 
 @dataclass
@@ -94,8 +160,8 @@ class Output:
         return cls(stream, rich=_is_terminal(stream))
 
     def line(self, text: str = "") -> None:
-        """Print one line of plain text (no markup is interpreted)."""
-        self.stream.write(text + "\n")
+        """Print one line of plain text (no markup is interpreted; file names made :func:`printable`)."""
+        self.stream.write(printable(text) + "\n")
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
         """Print a table; numbers are right-aligned, everything else left-aligned."""
@@ -138,7 +204,7 @@ def _cell(value: object) -> str:
         return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
-    return str(value).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return printable(str(value)).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def _is_number(text: str) -> bool:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from torchloom.errors import TorchloomError
 from torchloom.tools.bench.measure import run_bench
-from torchloom.tools.terminal import EXIT_PROBLEMS, add_data_arguments, positive_int
+from torchloom.tools.terminal import add_data_arguments, fail, positive_int
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             as_json=args.json,
             plot=args.plot or None,
             split=args.split,
+            allow_outside_root=args.allow_outside_root,
         )
-    except TorchloomError as exc:
-        print(f"torchloom bench: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+    except (TorchloomError, OSError) as exc:  # the data could not be read, the plot not written
+        return fail("bench", exc)

@@ -10,17 +10,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from torchloom.datasets.index import DatasetReport
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import install_hint
 from torchloom.loader.autotune import TuneResult, tune
-from torchloom.tools.terminal import Output
+from torchloom.tools.terminal import Output, print_left_out
 
 
 def run_bench(
-    data: str, *, batch_size: int, budget_s: float, as_json: bool, plot: str | None, split: str | None = None
+    data: str,
+    *,
+    batch_size: int,
+    budget_s: float,
+    as_json: bool,
+    plot: str | None,
+    split: str | None = None,
+    allow_outside_root: bool = False,
 ) -> int:
-    """Measure, print and plot; returns the exit status."""
-    dataset = open_image_dataset(data, split=split, on_error="skip")
+    """Measure, print and plot (what the dataset left out goes to stderr); returns the exit status."""
+    dataset = open_image_dataset(data, split=split, on_error="skip", allow_outside_root=allow_outside_root)
+    report = getattr(dataset, "report", None)
+    if isinstance(report, DatasetReport):
+        print_left_out("bench", report.summary(root=getattr(dataset, "root", None)))
     result = tune(dataset, batch_size=batch_size, budget_s=budget_s, progress=not as_json)
     if as_json:
         print(json.dumps(_as_json(result), indent=2))

@@ -1,4 +1,9 @@
-"""``torchloom cache DATA --out DIR``: decode a dataset once into a :class:`~torchloom.DecodedCache`."""
+"""``torchloom cache DATA --out DIR``: decode a dataset once into a :class:`~torchloom.DecodedCache`.
+
+Exit status: 0 when the cache was built or reused (what the dataset left out is printed on
+stderr, a line per reason); 1 when the data could not be read or the cache not built (one line
+says why); 2 for a usage error.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,19 @@ import sys
 from typing import Any
 
 from torchloom.cache import DecodedCache
+from torchloom.datasets.index import DatasetReport
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import TorchloomError
 from torchloom.io.files import lies_inside
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, add_data_arguments, positive_int
+from torchloom.tools.terminal import (
+    EXIT_CLEAN,
+    EXIT_USAGE,
+    add_data_arguments,
+    fail,
+    positive_int,
+    print_left_out,
+    printable,
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -47,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         memory=args.memory,
         num_threads=args.threads,
         split=args.split,
+        allow_outside_root=args.allow_outside_root,
     )
 
 
@@ -58,8 +73,10 @@ def run_cache(
     memory: bool,
     num_threads: int | None,
     split: str | None = None,
+    allow_outside_root: bool = False,
 ) -> int:
-    """Build (or reuse) the cache of ``data`` at ``out``; print what it holds. Returns the exit status."""
+    """Build (or reuse) the cache of ``data`` at ``out``; print what it holds and, on stderr, what
+    the dataset left out. Returns the exit status."""
     if os.path.isdir(data) and is_within(out, data):
         print(
             f"torchloom cache: --out {out!r} is inside the data folder {data!r}, where the next run "
@@ -68,19 +85,19 @@ def run_cache(
         )
         return EXIT_USAGE
     try:
-        dataset = open_image_dataset(data, split=split, on_error="skip", num_threads=num_threads)
+        dataset = open_image_dataset(
+            data, split=split, on_error="skip", num_threads=num_threads, allow_outside_root=allow_outside_root
+        )
         cache = DecodedCache(
             dataset, out, max_side=max_side, location="memory" if memory else "disk", num_threads=num_threads
         )
     except (TorchloomError, OSError) as exc:
-        print(f"torchloom cache: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+        return fail("cache", exc)
     with cache:
-        print(f"{cache.path}: {cache.report}")
-        invalid = getattr(dataset, "report", None)
-        if invalid is not None and invalid.invalid:
-            print(f"{len(invalid.invalid)} file(s) failed validation and are not in the dataset:")
-            print("\n".join(f"  {path}: {reason}" for path, reason in invalid.invalid))
+        print(printable(f"{cache.path}: {cache.report}"))
+        report = getattr(dataset, "report", None)
+        if isinstance(report, DatasetReport):
+            print_left_out("cache", report.summary(root=getattr(dataset, "root", None)))
         if memory:
             print(f"fits in shared memory: copied {cache.nbytes:,} bytes to /dev/shm and removed them")
     return EXIT_CLEAN

@@ -1,8 +1,9 @@
 """``torchloom doctor DATA``: the command line of :func:`~torchloom.tools.doctor.diagnose`.
 
-Exit status: 0 when no problem was found, 1 when one was (a bad file, a wrong extension, an exact
-duplicate, or a near duplicate across splits: see :mod:`torchloom.tools.doctor.report`), 2 on a usage
-error.
+Exit status: 0 when no problem was found; 1 when one was (a bad or refused file, a wrong
+extension, an exact duplicate, a near duplicate across splits, an empty class, a folder beside the
+split folders, no image at all: see :mod:`torchloom.tools.doctor.report`) or DATA could not be
+read (one line on stderr says why); 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ import os
 import sys
 from typing import Any
 
+from torchloom.datasets.index import DatasetReport
 from torchloom.errors import TorchloomError, install_hint
 from torchloom.tools.doctor.diagnosis import DEFAULT_OUT, diagnose
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output, positive_int
+from torchloom.tools.terminal import (
+    EXIT_CLEAN,
+    EXIT_PROBLEMS,
+    Output,
+    add_outside_root_argument,
+    fail,
+    positive_int,
+)
 
 #: Rows of a terminal table before the rest is summarised (the report keeps them all).
 TABLE_ROWS = 20
@@ -45,6 +54,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help=f"near duplicates differ in at most this many of 64 hash bits (default {NEAR_MAX_DISTANCE})",
     )
     parser.add_argument("--no-plots", action="store_true", help="write report.json only")
+    add_outside_root_argument(parser)
     parser.set_defaults(handler=run, parser=parser)
     return parser
 
@@ -58,12 +68,18 @@ def run(args: argparse.Namespace) -> int:
         parser.error(f"--near-threshold must be in 0..{HASH_BITS - 1}, got {args.near_threshold}")
     try:
         report = diagnose(
-            args.data, num_threads=args.threads, progress=True, near_max_distance=args.near_threshold
+            args.data,
+            num_threads=args.threads,
+            progress=True,
+            near_max_distance=args.near_threshold,
+            allow_outside_root=args.allow_outside_root,
         )
     except TorchloomError as exc:
-        print(f"torchloom doctor: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
-    written = report.write(args.out, plots=not args.no_plots)
+        return fail("doctor", exc)
+    try:
+        written = report.write(args.out, plots=not args.no_plots)
+    except OSError as exc:  # --out cannot be written (permissions, a file in the way, disk full)
+        return fail("doctor", exc)
     if args.json:
         print(report.to_json())
         print(f"report written to {written[0]}", file=sys.stderr)
@@ -79,8 +95,13 @@ def print_report(document: dict[str, Any], out: Output, written: list[str]) -> N
     data = document["data"]
     out.line(
         f"torchloom doctor: {data['source']} ({data['layout']}): {data['files']} image files, "
-        f"splits {data['splits']}, {len(data['classes'])} classes, {len(data['ignored'])} other files ignored"
+        f"splits {data['splits']}, {len(data['classes'])} classes"
     )
+    ignored = DatasetReport()
+    for item in data["ignored"]:  # a reason's detail follows ': ' (the reasons themselves hold none)
+        ignored.ignore(item["path"], item["reason"], kind=item["reason"].split(": ", 1)[0])
+    for line in ignored.summary(root=data["source"]):
+        out.line(line)
     bad = document["bad_files"]
     if bad:
         out.table(

@@ -9,9 +9,10 @@ per-channel mean/std for ``Normalize``, and cleanvision's quality issues. It is 
 tables, written to ``OUT/report.json`` (schema: :mod:`torchloom.tools.doctor.schema`, keys:
 :mod:`torchloom.tools.doctor.report`) with PNG plots beside it, and ``--json`` prints it.
 
-Exit status: 0 when no problem was found, 1 when one was (a bad file, a wrong extension, an exact
-duplicate, or a near duplicate across splits: see :mod:`torchloom.tools.doctor.report`), 2 on a usage
-error.
+Exit status: 0 when no problem was found, 1 when one was (a bad or refused file, a wrong
+extension, an exact duplicate, a near duplicate across splits, an empty class, a folder beside the
+split folders, no image at all: see :mod:`torchloom.tools.doctor.report`) or DATA could not be
+read, 2 on a usage error.
 
 Example:
     >>> import numpy as np, os, simplejpeg, tempfile
@@ -28,7 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -39,10 +39,11 @@ from torchloom.datasets.discovery import Discovery
 from torchloom.errors import ConfigError
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE, examination_groups
 from torchloom.tools.doctor.examine import Examination, examine_files
-from torchloom.tools.doctor.layout import find_layout
+from torchloom.tools.doctor.layout import data_root, find_layout
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available, write_plots
 from torchloom.tools.doctor.report import build_document, duplicate_pairs
+from torchloom.tools.terminal import json_text
 
 DEFAULT_OUT = "torchloom-doctor"
 REPORT_NAME = "report.json"
@@ -74,8 +75,9 @@ class DoctorReport:
         return messages
 
     def to_json(self) -> str:
-        """The report as indented JSON text."""
-        return json.dumps(self.document, indent=2, ensure_ascii=False)
+        """The report as indented JSON text (:func:`~torchloom.tools.terminal.json_text`: a file name
+        that is not valid UTF-8 as ``\\udcNN`` escapes, which :func:`json.loads` turns back into it)."""
+        return json_text(self.document)
 
     def write(self, out: str, *, plots: bool = True) -> list[str]:
         """Write ``report.json`` and (with matplotlib) the plots into ``out``; return the paths."""
@@ -83,7 +85,7 @@ class DoctorReport:
         if plots and plots_available():
             readable = self.facts.readable
             sizes = np.stack([self.facts.height[readable], self.facts.width[readable]], axis=1)
-            self.document["plots"] = write_plots(self.document, out, sizes)
+            self.document["plots"] = write_plots(self.document, out, sizes, inside=self.facts.inside)
         path = os.path.join(out, REPORT_NAME)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(self.to_json() + "\n")
@@ -96,11 +98,14 @@ def diagnose(
     num_threads: int | None = None,
     progress: bool = False,
     near_max_distance: int = NEAR_MAX_DISTANCE,
+    allow_outside_root: bool = False,
 ) -> DoctorReport:
     """Examine the dataset at ``data`` (a class folder, split root or manifest) and report.
 
     ``num_threads``: threads reading files (default one per CPU). ``near_max_distance``: perceptual
-    hashes at most this many bits apart (of 64) are near duplicates.
+    hashes at most this many bits apart (of 64) are near duplicates. ``allow_outside_root``: follow
+    symlinks and manifest paths that lead outside ``data`` (refused, and reported, by default);
+    every file read is otherwise confined to it, as a dataset's reads are.
 
     Example:
         >>> import tempfile
@@ -112,8 +117,9 @@ def diagnose(
     """
     if not 0 <= near_max_distance < HASH_BITS:
         raise ConfigError(f"near_max_distance must be in 0..{HASH_BITS - 1}, got {near_max_distance}")
-    layout = find_layout(os.fspath(data))
-    facts = examine_files(layout.paths.to_list(), num_threads=num_threads, progress=progress)
+    layout = find_layout(os.fspath(data), allow_outside_root=allow_outside_root)
+    inside = None if allow_outside_root else data_root(layout)
+    facts = examine_files(layout.paths.to_list(), num_threads=num_threads, progress=progress, inside=inside)
     groups = examination_groups(facts, near_max_distance=near_max_distance)
     pairs = duplicate_pairs(layout, facts, groups)
     document = build_document(layout, facts, groups, pairs, near_max_distance=near_max_distance)

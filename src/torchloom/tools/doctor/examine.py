@@ -1,7 +1,8 @@
 """One pass over image files: read once, hash, decode (small where possible), measure.
 
-For every file :func:`examine_files` reads the bytes once (refusing FIFOs and devices), hashes
-them (BLAKE2b, 128 bits), checks the extension against the format the bytes declare, and decodes
+For every file :func:`examine_files` reads the bytes once (refusing FIFOs and devices, and files
+resolving outside ``inside``), hashes them (BLAKE2b, 128 bits), checks the extension against the
+format the bytes declare (a HEIC or AVIF photo named ``.jpg`` is a wrong extension), and decodes
 the whole image — a JPEG at the smallest DCT scale keeping both sides at least
 :data:`ANALYSIS_MIN_SIDE` pixels, other formats at full size — which finds truncated and corrupt
 files. From that one decoded copy (shrunk to at most :data:`~torchloom.tools.doctor.quality.QUALITY_SIDE`
@@ -36,8 +37,16 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from torchloom.errors import DecodeError, UnsafeFileError
-from torchloom.io.image import JPEG_MAGIC, decode_image, probe_image, read_image_bytes
+from torchloom.errors import DecodeError
+from torchloom.io.file_errors import failure_reason
+from torchloom.io.image import (
+    CONTAINER_EXTENSIONS,
+    JPEG_MAGIC,
+    container_format,
+    decode_image,
+    probe_image,
+    read_image_bytes,
+)
 from torchloom.tools.doctor.perceptual import (
     HASH_IMAGE_SIDE,
     THUMBNAIL_SIDE,
@@ -56,8 +65,8 @@ DIGEST_BYTES = 16
 
 # Kinds of bad file, in the order they are reported.
 EMPTY, TRUNCATED, CORRUPT = "empty", "truncated", "corrupt"
-NOT_AN_IMAGE, UNREADABLE = "not_an_image", "unreadable"
-BAD_FILE_KINDS = (EMPTY, TRUNCATED, CORRUPT, NOT_AN_IMAGE, UNREADABLE)
+NOT_AN_IMAGE, UNSUPPORTED, UNREADABLE = "not_an_image", "unsupported", "unreadable"
+BAD_FILE_KINDS = (EMPTY, TRUNCATED, CORRUPT, NOT_AN_IMAGE, UNSUPPORTED, UNREADABLE)
 
 _MAGIC = (
     (JPEG_MAGIC, "JPEG"),
@@ -91,7 +100,7 @@ def sniff_format(data: bytes) -> str | None:
     """
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "WEBP"
-    return next((name for magic, name in _MAGIC if data.startswith(magic)), None)
+    return next((name for magic, name in _MAGIC if data.startswith(magic)), None) or container_format(data)
 
 
 @dataclass
@@ -100,7 +109,9 @@ class Examination:
 
     ``problem`` is ``None`` for a readable image, else one of :data:`BAD_FILE_KINDS`, with the
     ``reason``. ``found_format`` is the format the bytes declare (``""`` if none);
-    ``wrong_extension`` marks a readable image whose extension names another format. Sizes
+    ``wrong_extension`` marks an image whose extension names another format: a readable one, or
+    one in a format torchloom recognises but does not decode (HEIC, AVIF), whose extension is then
+    all that is wrong with it. ``inside`` is the real folder every file must resolve into. Sizes
     are the displayed (EXIF-oriented) ones; ``mode`` is Pillow's name (``"RGB"``, ``"L"``,
     ``"RGBA"``, ``"CMYK"``, ``"I;16"``, ...). ``channel_mean`` and ``channel_square`` are the
     per-image means of ``x`` and ``x²`` (``x`` on the 0-1 scale) over the decoded copy.
@@ -121,9 +132,10 @@ class Examination:
     scores: np.ndarray
     grayscale: np.ndarray
     thumbnail: np.ndarray
+    inside: str | None = None
 
     @classmethod
-    def empty(cls, paths: Sequence[str]) -> Examination:
+    def empty(cls, paths: Sequence[str], inside: str | None = None) -> Examination:
         count = len(paths)
         return cls(
             paths=paths,
@@ -141,6 +153,7 @@ class Examination:
             scores=np.full((count, len(PIXEL_SCORES)), np.nan, dtype=np.float32),
             grayscale=np.zeros(count, dtype=bool),
             thumbnail=np.zeros((count, THUMBNAIL_SIDE, THUMBNAIL_SIDE, 3), dtype=np.uint8),
+            inside=inside,
         )
 
     @property
@@ -172,13 +185,12 @@ class Examination:
         from the larger copy); ``None`` when the file is bad."""
         path = self.paths[i]
         try:
-            data = read_image_bytes(path)
+            data = read_image_bytes(path, inside=self.inside)
         except DecodeError as exc:
             self.problem[i], self.reason[i] = (EMPTY if "empty" in exc.reason else CORRUPT), exc.reason
             return None
-        except OSError as exc:  # UnsafeFileError (a FIFO, a device) included
-            self.problem[i] = UNREADABLE
-            self.reason[i] = exc.why if isinstance(exc, UnsafeFileError) else f"{type(exc).__name__}: {exc}"
+        except OSError as exc:  # missing, unreadable, a FIFO or a device, outside the root
+            self.problem[i], self.reason[i] = UNREADABLE, failure_reason(exc, path)
             return None
         self.digest[i] = hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
         found = sniff_format(data)
@@ -190,6 +202,7 @@ class Examination:
             image = decode_image(data, path, min_size=ANALYSIS_MIN_SIDE)
         except DecodeError as exc:
             self.problem[i], self.reason[i] = _kind(data, found), exc.reason
+            self.wrong_extension[i] = found in CONTAINER_EXTENSIONS and expected not in (None, found)
             return None
         self.height[i], self.width[i] = header.height, header.width
         self.found_format[i] = header.format
@@ -218,13 +231,18 @@ class Examination:
 
 
 def examine_files(
-    paths: Sequence[str], *, num_threads: int | None = None, progress: bool = False
+    paths: Sequence[str],
+    *,
+    num_threads: int | None = None,
+    progress: bool = False,
+    inside: str | None = None,
 ) -> Examination:
-    """Examine every file of ``paths`` once, in ``num_threads`` threads (default: one per CPU).
+    """Examine every file of ``paths`` once, in ``num_threads`` threads (default: one per CPU);
+    ``inside``: the real folder every file must resolve into (checked on the opened file).
 
     ``progress`` shows a bar on stderr (after a second) when stderr is a terminal.
     """
-    facts = Examination.empty(paths)
+    facts = Examination.empty(paths, inside)
     count = len(paths)
     num_threads = num_threads or os.cpu_count() or 1
 
@@ -258,6 +276,8 @@ def _kind(data: bytes, found: str | None) -> str:
     """Why a file with these bytes failed to decode: truncated when its end marker is missing."""
     if found is None:
         return NOT_AN_IMAGE
+    if found in CONTAINER_EXTENSIONS:
+        return UNSUPPORTED
     tail = data.rstrip(b"\x00")[-16:]
     if found == "JPEG" and not tail.endswith(b"\xff\xd9"):
         return TRUNCATED

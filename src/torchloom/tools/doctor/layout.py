@@ -8,9 +8,12 @@
   folder reader shares (hidden files, symlinks, stray files...);
 - a manifest (``.csv``, ``.jsonl``, ``.json``, ``.parquet``) with an image column (one of
   :data:`IMAGE_COLUMNS`), optionally a label column (:data:`LABEL_COLUMNS`) and a split column
-  (:data:`SPLIT_COLUMNS`); paths are relative to the manifest's folder and may not leave it.
+  (:data:`SPLIT_COLUMNS`); paths are relative to the manifest's folder (or absolute inside it)
+  and may not leave it.
 
-What is left out is listed in the result's ``excluded``, not examined.
+Links and paths leading outside DATA are refused unless ``allow_outside_root=True``. What is left
+out is listed in the result's ``excluded``, not examined; :func:`data_root` is the folder every
+examined file must resolve into.
 
 Example:
     >>> import os, tempfile
@@ -40,22 +43,31 @@ LABEL_COLUMNS = ("label", "class", "category", "target")
 SPLIT_COLUMNS = ("split", "subset", "fold")
 
 
-def find_layout(data: str) -> Discovery:
+def find_layout(data: str, *, allow_outside_root: bool = False) -> Discovery:
     """The files of ``data``: a manifest file, a split root, a class folder or a folder of images.
 
-    Raises :class:`MissingFileError` when ``data`` does not exist and :class:`ManifestError` when
-    a manifest lacks an image column.
+    Raises :class:`MissingFileError` when ``data`` does not exist, :class:`ManifestError` when
+    a manifest lacks an image column, and the file layer's errors for a manifest that is not a
+    regular file (a FIFO) or cannot be read.
     """
-    if os.path.isfile(data):
-        return _manifest_layout(data)
-    if not os.path.isdir(data):
+    if os.path.isdir(data):
+        return find_every_split(data, allow_outside_root=allow_outside_root)
+    if not os.path.lexists(data):
         raise MissingFileError(f"{data!r} does not exist; pass a class folder, a split root or a manifest")
-    return find_every_split(data)
+    return _manifest_layout(data, allow_outside_root)
 
 
-def _manifest_layout(path: str) -> Discovery:
+def data_root(layout: Discovery) -> str:
+    """The real folder the files of ``layout`` lie in: the folder read, or the manifest's folder."""
+    folder = os.path.dirname(os.path.abspath(layout.root)) if layout.layout == "manifest" else layout.root
+    return os.path.realpath(folder)
+
+
+def _manifest_layout(path: str, allow_outside_root: bool) -> Discovery:
     if os.path.splitext(path)[1].lower() not in MANIFEST_SUFFIXES:
-        raise ManifestError(f"{path!r} is a file but not a manifest; expected one of {MANIFEST_SUFFIXES}")
+        raise ManifestError(
+            f"{path!r} is neither a folder nor a manifest; expected a folder or one of {MANIFEST_SUFFIXES}"
+        )
     table = read_table(path)
     names = {name.lower(): name for name in table.column_names}
     image_column = next((names[c] for c in IMAGE_COLUMNS if c in names), None)
@@ -65,7 +77,7 @@ def _manifest_layout(path: str) -> Discovery:
             f"(columns: {table.column_names})"
         )
     root = os.path.dirname(os.path.abspath(path))
-    images = Image(image_column).compile(table, FieldContext(root))
+    images = Image(image_column).compile(table, FieldContext(root, allow_outside_root))
     rows = np.array([row for row in range(table.num_rows) if row not in images.invalid], dtype=np.int64)
     class_names, labels = _categories(table, names, LABEL_COLUMNS, rows, missing=-1)
     split_names, splits = _categories(table, names, SPLIT_COLUMNS, rows, missing=0)

@@ -21,6 +21,7 @@ import numpy as np
 
 from torchloom.errors import TorchloomError
 from torchloom.io.image import read_image
+from torchloom.tools.terminal import printable
 
 #: Duplicate pairs drawn at most (leaks first); the report lists them all.
 MAX_PAIR_PLOTS = 24
@@ -33,10 +34,13 @@ def plots_available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def write_plots(document: dict[str, Any], out: str, sizes: np.ndarray) -> list[str]:
+def write_plots(
+    document: dict[str, Any], out: str, sizes: np.ndarray, *, inside: str | None = None
+) -> list[str]:
     """Draw the plots of a report document into ``out``; returns their paths relative to ``out``.
 
-    ``sizes`` holds the ``(height, width)`` of every readable image.
+    ``sizes`` holds the ``(height, width)`` of every readable image; ``inside`` is the real folder
+    the duplicate pairs' files must resolve into when they are read again to be drawn.
     """
     _remove_earlier_plots(out)
     written = [_classes(document, os.path.join(out, "classes.png"))]
@@ -46,7 +50,7 @@ def write_plots(document: dict[str, Any], out: str, sizes: np.ndarray) -> list[s
     if pairs:
         os.makedirs(os.path.join(out, "duplicates"), exist_ok=True)
     for number, pair in enumerate(pairs[:MAX_PAIR_PLOTS]):
-        written.append(_pair(pair, os.path.join(out, "duplicates", f"pair_{number:03d}.png")))
+        written.append(_pair(pair, os.path.join(out, "duplicates", f"pair_{number:03d}.png"), inside))
     return [os.path.relpath(path, out) for path in written]
 
 
@@ -71,15 +75,17 @@ def _figure(width: float, height: float) -> Any:
 
 def _classes(document: dict[str, Any], path: str) -> str:
     counts: dict[str, dict[str, int]] = document["classes"]["counts"]
-    classes: list[str] = document["data"]["classes"] or ["(no label)"]
+    names: list[str] = document["data"]["classes"]
+    classes = [printable(name) for name in names] or ["(no label)"]
     splits = list(counts)
     figure = _figure(max(6.0, 0.9 * len(classes) * max(1, len(splits)) + 2), 4.5)
     axes = figure.add_subplot()
     width = 0.8 / max(1, len(splits))
     positions = np.arange(len(classes))
     for k, split in enumerate(splits):
-        values = [counts[split].get(name, 0) for name in classes]
-        bars = axes.bar(positions + (k - (len(splits) - 1) / 2) * width, values, width, label=split)
+        values = [counts[split].get(name, 0) for name in names] or [0]
+        offset = (k - (len(splits) - 1) / 2) * width
+        bars = axes.bar(positions + offset, values, width, label=printable(split))
         axes.bar_label(bars, fontsize=8)
     axes.set_xticks(
         positions,
@@ -121,7 +127,7 @@ def _sizes(sizes: np.ndarray, path: str) -> str:
     return path
 
 
-def _pair(pair: dict[str, Any], path: str) -> str:
+def _pair(pair: dict[str, Any], path: str, inside: str | None) -> str:
     figure = _figure(9.0, 5.0)
     what = (
         "identical bytes" if pair["exact"] else f"near duplicate: hashes {pair['distance']} of 64 bits apart"
@@ -132,11 +138,11 @@ def _pair(pair: dict[str, Any], path: str) -> str:
         axes = figure.add_subplot(1, 2, k + 1)
         file = pair[side]
         try:
-            image = read_image(file["path"])
+            image = read_image(file["path"], inside=inside)
             axes.imshow(image)
             label = f"{image.shape[1]}×{image.shape[0]}"
         except (TorchloomError, OSError) as exc:
-            axes.text(0.5, 0.5, f"cannot show:\n{exc}", ha="center", va="center", wrap=True)
+            axes.text(0.5, 0.5, f"cannot show:\n{printable(str(exc))}", ha="center", va="center", wrap=True)
             label = "unreadable"
         axes.set_title(f"split: {file['split']} ({label})\n{_short(file['path'])}", fontsize=9)
         axes.axis("off")
@@ -145,4 +151,5 @@ def _pair(pair: dict[str, Any], path: str) -> str:
 
 
 def _short(path: str, keep: int = 60) -> str:
+    path = printable(path)
     return path if len(path) <= keep else "…" + path[-keep:]

@@ -5,11 +5,14 @@ Top-level keys (schema in :data:`torchloom.tools.doctor.schema.REPORT_SCHEMA`, v
 
 - ``schema_version``: an integer, raised on any incompatible change;
 - ``data``: source, layout (``classes``, ``splits``, ``files`` or ``manifest``), file count,
-  split and class names, what was left out (with the reason, worded as every folder reader words
-  it: :mod:`torchloom.datasets.discovery`);
+  split and class names, what was ignored as not a sample (with the reason, worded as every
+  folder reader words it: :mod:`torchloom.datasets.discovery`);
 - ``problems``: ``count``, ``by_kind`` and one readable ``message`` per problem (see below);
-- ``bad_files``: unreadable, empty, truncated, corrupt and non-image files, each with its reason;
-- ``wrong_extension``: images whose extension names another format (a PNG named ``.jpg``);
+- ``bad_files``: unreadable, empty, truncated, corrupt, unsupported and non-image files, and the
+  would-be samples the walk refused (kind ``refused``: links leading outside DATA, folders that
+  cannot be listed, links to missing folders; for a manifest, rows left out), each with its reason;
+- ``wrong_extension``: images whose extension names another format (a PNG named ``.jpg``; a HEIC
+  photo named ``.jpg``, which no reader decodes, with the reader's ``reason``);
 - ``duplicates``: ``groups`` (exact: identical bytes; near: perceptual hashes within
   ``near_max_distance`` bits) and ``pairs`` (every cross-split pair of a group, flagged ``leak``;
   else each member paired with the group's first), with Hamming distances;
@@ -20,9 +23,12 @@ Top-level keys (schema in :data:`torchloom.tools.doctor.schema.REPORT_SCHEMA`, v
 - ``quality``: cleanvision's issue types (thresholds, counts, files);
 - ``plots``: the PNG files written beside the report.
 
-A **problem** (exit status 1) is: a bad file, a wrong extension, an exact duplicate (anywhere),
-or a near duplicate across splits (train/val leakage). Near duplicates within one split, class
-imbalance and quality issues are reported as warnings only.
+A **problem** (exit status 1) is: a bad file (a refused entry included), a wrong extension, an
+exact duplicate (anywhere), a near duplicate across splits (train/val leakage), a class folder
+without an image file (it keeps a label number that is never sampled), a folder beside the split
+folders (never examined: classes named like splits, or a stray folder), and no image file at
+all. Near duplicates within one split, class imbalance and quality issues are reported as
+warnings only.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.datasets.discovery import Discovery
+from torchloom.datasets.discovery import REASON_BESIDE_SPLITS, REFUSAL_FIXES, Discovery, Exclusion
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.examine import Examination
 from torchloom.tools.doctor.perceptual import hamming
@@ -50,6 +56,8 @@ from torchloom.tools.doctor.quality import (
 )
 from torchloom.tools.doctor.schema import SCHEMA_VERSION
 
+#: The kind of bad file the walk refused before it could be examined.
+REFUSED = "refused"
 #: Cross-split pairs listed per duplicate group at most (a group of n files has up to n²/4).
 MAX_PAIRS_PER_GROUP = 50
 #: A largest/smallest class ratio from which the report suggests a balanced sampler.
@@ -90,13 +98,17 @@ def build_document(
         return {"path": layout.paths[i], "split": split_of[i]}
 
     bad = [
+        {"path": item.path, "split": _split_holding(layout, item.path), "kind": REFUSED, "reason": item.text}
+        for item in layout.refused
+    ]
+    bad += [
         {
             "path": layout.paths[i],
             "split": split_of[i],
             "kind": str(facts.problem[i]),
             "reason": str(facts.reason[i]),
         }
-        for i in np.flatnonzero(~facts.readable).tolist()
+        for i in np.flatnonzero(~facts.readable & ~facts.wrong_extension).tolist()
     ]
     wrong = [
         {
@@ -104,6 +116,7 @@ def build_document(
             "split": split_of[i],
             "extension": os.path.splitext(layout.paths[i])[1],
             "format": str(facts.found_format[i]),
+            **({} if facts.readable[i] else {"reason": str(facts.reason[i])}),
         }
         for i in np.flatnonzero(facts.wrong_extension).tolist()
     ]
@@ -123,7 +136,7 @@ def build_document(
             "files": len(layout.paths),
             "splits": layout.split_names,
             "classes": layout.classes,
-            "ignored": [{"path": item.path, "reason": item.text} for item in layout.excluded],
+            "ignored": [{"path": item.path, "reason": item.text} for item in layout.ignored],
         },
         "bad_files": bad,
         "wrong_extension": wrong,
@@ -141,7 +154,7 @@ def build_document(
         "quality": _quality(layout, facts),
         "plots": [],
     }
-    document["problems"] = _problems(document)
+    document["problems"] = _problems(document, _layout_problems(layout))
     return document
 
 
@@ -164,13 +177,70 @@ def duplicate_pairs(layout: Discovery, facts: Examination, groups: list[list[int
     return pairs
 
 
-def _problems(document: dict[str, Any]) -> dict[str, Any]:
-    messages = [f"{f['kind']}: {f['path']} ({f['reason']})" for f in document["bad_files"]]
+def _layout_problems(layout: Discovery) -> list[tuple[str, str]]:
+    """The problems of what was found, before a file is read: ``(kind, message)`` pairs."""
+    problems = [(REFUSED, _refusal(item)) for item in layout.refused]
+    problems += [
+        (
+            "beside_splits",
+            f"folder beside the split folders: {item.path} is never examined (if "
+            f"{layout.split_names} are classes beside it, rename them: FolderDataset refuses this root)",
+        )
+        for item in layout.ignored
+        if item.reason == REASON_BESIDE_SPLITS
+    ]
+    refused_classes = {_class_holding(layout, item.path) for item in layout.refused}
+    problems += [
+        (
+            "empty_class",
+            f"empty class: {name!r} has no image file; it keeps a label number but is never sampled "
+            "(add images, or remove the folder)",
+        )
+        for name in layout.empty_classes
+        if name not in refused_classes  # its refusal says why
+    ]
+    if not len(layout.paths):
+        counts = ", ".join(f"{count} {reason}" for reason, count in layout.counts().items())
+        left_out = f" ({len(layout.excluded)} entries left out: {counts})" if counts else ""
+        problems.append(("no_images", f"no image files: nothing in {layout.root} was examined{left_out}"))
+    return problems
+
+
+def _refusal(item: Exclusion) -> str:
+    fix = REFUSAL_FIXES.get(item.reason)
+    return f"{REFUSED}: {item.path} ({item.text})" + (f"; {fix}" if fix else "")
+
+
+def _split_holding(layout: Discovery, path: str) -> str:
+    """The split a refused entry of ``layout`` would have belonged to."""
+    if layout.layout != "splits":
+        return layout.split_names[0]
+    first = layout.relative(path).split("/", 1)[0]
+    return first if first in layout.split_names else layout.split_names[0]
+
+
+def _class_holding(layout: Discovery, path: str) -> str | None:
+    """The class folder a refused entry of ``layout`` lies in (or is), if any."""
+    if layout.layout not in ("classes", "splits"):
+        return None
+    parts = layout.relative(path).split("/")
+    depth = 1 if layout.layout == "splits" else 0
+    return parts[depth] if len(parts) > depth else None
+
+
+def _problems(document: dict[str, Any], layout_problems: list[tuple[str, str]]) -> dict[str, Any]:
+    messages = [message for _, message in layout_problems]
     messages += [
-        f"wrong extension: {f['path']} is {f['format']}, named {f['extension']}"
+        f"{f['kind']}: {f['path']} ({f['reason']})" for f in document["bad_files"] if f["kind"] != REFUSED
+    ]
+    messages += [  # a format no reader decodes: the reader's reason names both and the fix
+        f"wrong extension: {f['path']} ({f['reason']})"
+        if "reason" in f
+        else f"wrong extension: {f['path']} is {f['format']}, named {f['extension']}"
         for f in document["wrong_extension"]
     ]
-    kinds = Counter(f["kind"] for f in document["bad_files"])
+    kinds = Counter(kind for kind, _ in layout_problems)
+    kinds.update(f["kind"] for f in document["bad_files"] if f["kind"] != REFUSED)
     kinds["wrong_extension"] = len(document["wrong_extension"])
     for pair in document["duplicates"]["pairs"]:
         a, b = pair["a"], pair["b"]

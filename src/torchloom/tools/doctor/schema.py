@@ -55,7 +55,17 @@ REPORT_SCHEMA: dict[str, Any] = _object(
         },
         "wrong_extension": {
             "type": "array",
-            "items": _object({"path": _STRING, "split": _STRING, "extension": _STRING, "format": _STRING}),
+            "items": {  # "reason" only for a format no reader decodes (a HEIC photo named .jpg)
+                "type": "object",
+                "required": ["extension", "format", "path", "split"],
+                "properties": {
+                    "path": _STRING,
+                    "split": _STRING,
+                    "extension": _STRING,
+                    "format": _STRING,
+                    "reason": _STRING,
+                },
+            },
         },
         "duplicates": _object(
             {

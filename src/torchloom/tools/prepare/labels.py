@@ -6,7 +6,9 @@ Every file and every label entry ends up somewhere a person can see it: labelled
 dropped silently.
 
 Paths are compared as relative POSIX paths (``scratch/img 1.jpg``): ``\\`` becomes ``/`` and a
-leading ``./`` is dropped.
+leading ``./`` is dropped. Names are compared in Unicode normal form NFC, on both sides: ``café``
+typed on Linux (one code point for ``é``) matches the same name copied from macOS, which stores it
+decomposed (NFD: ``e`` and a combining accent), as the two look the same on screen.
 
 Example:
     >>> rules = parse_rules(["scratch:scr,scratch", "ok:good"])
@@ -24,6 +26,7 @@ import io
 import json
 import os
 import posixpath
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -58,13 +61,15 @@ class Labelling:
 
 
 def normalize_key(path: str) -> str:
-    """A label map's path as a relative POSIX path (``.\\\\a\\\\b.jpg`` -> ``a/b.jpg``).
+    """A label map's path as a relative POSIX path in NFC (``.\\\\a\\\\b.jpg`` -> ``a/b.jpg``).
 
     Example:
         >>> normalize_key(".\\\\scratch\\\\1.jpg"), normalize_key("./ok//2.jpg")
         ('scratch/1.jpg', 'ok/2.jpg')
+        >>> normalize_key("cafe\\u0301.jpg") == "caf\\u00e9.jpg"
+        True
     """
-    text = path.strip().replace("\\", "/")
+    text = unicodedata.normalize("NFC", path.strip()).replace("\\", "/")
     while text.startswith("./"):
         text = text[2:]
     return posixpath.normpath(text) if text else text
@@ -96,10 +101,10 @@ def label_by_rules(files: Sequence[str], rules: Sequence[Rule]) -> Labelling:
     A file matching rules of one label gets it; rules of two or more labels make it ambiguous;
     none leaves it unmatched.
     """
-    lowered = [(rule.label, tuple(s.lower() for s in rule.substrings)) for rule in rules]
+    lowered = [(rule.label, tuple(_nfc(s).lower() for s in rule.substrings)) for rule in rules]
     result = Labelling(labels=[])
     for path in files:
-        text = path.lower()
+        text = _nfc(path).lower()
         matched = sorted({label for label, substrings in lowered if any(s in text for s in substrings)})
         if len(matched) == 1:
             result.labels.append(matched[0])
@@ -195,20 +200,24 @@ def label_by_map(files: Sequence[str], entries: Sequence[tuple[str, str]]) -> La
     """Label ``files`` (relative POSIX paths) from map entries.
 
     Entries naming no file in ``files`` are unknown; a file given two different labels is
-    ambiguous; files without an entry are unmatched.
+    ambiguous; files without an entry are unmatched. Names match in NFC (see the module docstring):
+    an entry labels every file whose name is the same in NFC.
 
     Example:
         >>> result = label_by_map(["a.jpg", "b.jpg"], [("a.jpg", "ok"), ("gone.jpg", "ok")])
         >>> result.labels, result.unmatched, result.unknown
         (['ok', None], ['b.jpg'], [('gone.jpg', 'no such image file in the raw folder')])
     """
-    present = set(files)
+    present: dict[str, list[str]] = {}  # NFC name -> the files of that name (twins in NFC and NFD)
+    for path in files:
+        present.setdefault(_nfc(path), []).append(path)
     given: dict[str, set[str]] = {}
     result = Labelling(labels=[])
     for raw_key, label in entries:
         key = normalize_key(raw_key)
         if key in present:
-            given.setdefault(key, set()).add(label)
+            for path in present[key]:
+                given.setdefault(path, set()).add(label)
         elif key.startswith("/") or key == ".." or key.startswith("../"):
             result.unknown.append((raw_key, "path leaves the raw folder; use paths relative to RAW"))
         else:
@@ -221,3 +230,7 @@ def label_by_map(files: Sequence[str], entries: Sequence[tuple[str, str]]) -> La
         elif not labels:
             result.unmatched.append(path)
     return result
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)

@@ -7,7 +7,10 @@ depends only on the set of files, never on their order.
 
 Hard links (``mode="link"``) cost no space but *are* the raw files: editing one edits the other.
 A link that the filesystem refuses (another device, no hard-link support) falls back to a copy,
-and the fallbacks are counted. The raw files are only read.
+and the fallbacks are counted. The raw files are only read, each opened once through the file
+layer (regular files only, confined to RAW): a copy is made from the opened file, and a link is
+checked to be that very file, so a file swapped for a link out of RAW after it was checked is
+refused, never copied.
 
 Example:
     >>> target_names(["a/x.jpg", "b/X.jpg", "c/y.jpg"])
@@ -21,11 +24,13 @@ import hashlib
 import os
 import posixpath
 import shutil
+import stat
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from typing import BinaryIO, Literal
 
-from torchloom.errors import ConfigError
+from torchloom.errors import ConfigError, UnsafeFileError
+from torchloom.io.files import open_file
 
 MaterializeMode = Literal["link", "copy"]
 #: Errors of ``os.link`` that mean "this filesystem cannot link here", so a copy is made instead.
@@ -33,6 +38,8 @@ LINK_FALLBACK_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.
 _SAFE_NAME_EXCLUDED = ("/", "\\", "\0")
 #: The longest file or folder name (in UTF-8 bytes) common filesystems (ext4, APFS, NTFS) accept.
 MAX_NAME_BYTES = 255
+#: Bytes copied at a time.
+COPY_CHUNK = 1 << 20
 
 
 def check_folder_name(name: str, what: str) -> None:
@@ -73,9 +80,12 @@ def target_names(relative_paths: Sequence[str]) -> list[str]:
     return result
 
 
-def materialize(sources: Sequence[str], targets: Sequence[str], *, mode: MaterializeMode) -> int:
+def materialize(
+    sources: Sequence[str], targets: Sequence[str], *, mode: MaterializeMode, inside: str | None = None
+) -> int:
     """Link (or copy) each absolute ``sources[i]`` to ``targets[i]``; returns how many links fell
-    back to copies. Target folders are created; an existing target is an error."""
+    back to copies. ``inside``: the real folder every source must resolve into. Target folders are
+    created; an existing target is an error."""
     if mode not in ("link", "copy"):
         raise ConfigError(f"Invalid mode={mode!r}; use 'link' or 'copy'")
     lowered = Counter(os.path.normcase(target).casefold() for target in targets)
@@ -89,15 +99,36 @@ def materialize(sources: Sequence[str], targets: Sequence[str], *, mode: Materia
         if folder not in made:
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
-        real = os.path.realpath(source)
-        if mode == "copy":
-            shutil.copy2(real, target)
-            continue
-        try:
-            os.link(real, target)
-        except OSError as exc:
-            if exc.errno not in LINK_FALLBACK_ERRNOS:
-                raise
-            shutil.copy2(real, target)
-            copied += 1
+        with open_file(source, inside=inside) as handle:
+            if mode == "copy":
+                _copy(handle, target)
+                continue
+            try:
+                _link(handle, source, target)
+            except OSError as exc:
+                if exc.errno not in LINK_FALLBACK_ERRNOS:
+                    raise
+                _copy(handle, target)
+                copied += 1
     return copied
+
+
+def _copy(handle: BinaryIO, target: str) -> None:
+    """Copy the opened file to ``target`` with its permission bits and times, as ``shutil.copy2``."""
+    status = os.fstat(handle.fileno())
+    with open(target, "wb") as out:
+        shutil.copyfileobj(handle, out, COPY_CHUNK)
+    os.chmod(target, stat.S_IMODE(status.st_mode))
+    os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
+
+
+def _link(handle: BinaryIO, source: str, target: str) -> None:
+    """Hard-link the file ``source`` names to ``target``, refusing the link unless it is the opened
+    file (``source`` may have been swapped since it was opened)."""
+    os.link(os.path.realpath(source), target)
+    opened, linked = os.fstat(handle.fileno()), os.stat(target)
+    if (opened.st_dev, opened.st_ino) != (linked.st_dev, linked.st_ino):
+        os.remove(target)
+        raise UnsafeFileError(
+            source, "changed while it was linked (another file is there now); run prepare again"
+        )

@@ -45,7 +45,7 @@ from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_
 from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
 from torchloom.tools.prepare.raw import FileCheck, check_files
 from torchloom.tools.prepare.split import SPLIT_NAMES, stratified_split
-from torchloom.tools.terminal import Output
+from torchloom.tools.terminal import Output, printable
 
 __all__ = ["PrepareResult", "parse_rules", "prepare_dataset"]
 
@@ -126,13 +126,15 @@ def prepare_dataset(
         raise ConfigError("give exactly one of label_entries= (a label map) or rules= (filename rules)")
     check_output_folder(raw, out, materializing=materialize_mode is not None)
     found = find_tree(raw)  # never follows a link out of RAW; hidden entries are left out
+    inside = os.path.realpath(raw)  # and no read does either, whatever changes after the walk
     files = found.relative_paths()
     if label_entries is not None:
         labelling = label_by_map(files, label_entries)
     else:
         labelling = label_by_rules(files, rules or ())
     bar = partial(Output().progress, description="checking and hashing") if progress else None
-    checks = check_files(found.paths.to_list(), num_threads=num_threads, progress=bar)
+    checks = check_files(found.paths.to_list(), num_threads=num_threads, progress=bar, inside=inside)
+    checks = [_check_name(path, check) for path, check in zip(files, checks, strict=True)]
     refused = [(found.relative(item.path), item.text) for item in found.refused]
     problems = _problems(labelling, refused, files, checks)
     rows = [
@@ -174,8 +176,19 @@ def prepare_dataset(
     ignored = [item._replace(path=found.relative(item.path)) for item in found.excluded if not item.refused]
     prepared = PrepareResult(table, names, classes, problems, ignored, len(groups))
     if paths:
-        _write(prepared, raw, out, fractions, seed, materialize_mode)
+        _write(prepared, raw, out, fractions, seed, materialize_mode, inside)
     return prepared
+
+
+def _check_name(path: str, check: FileCheck) -> FileCheck:
+    """``check``, or the refusal of a file whose relative ``path`` a manifest (UTF-8 text in every
+    format it is written in) cannot hold: bytes of another encoding, kept in str as surrogates."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        why = f"its name is not valid UTF-8 ({os.fsencode(path)!r}), so no manifest can name it"
+        return FileCheck("", f"{why}; rename it (e.g. `convmv -f latin1 -t utf8 --notest`)")
+    return check
 
 
 def _problems(
@@ -229,6 +242,7 @@ def _write(
     fractions: Sequence[float],
     seed: int,
     mode: MaterializeMode | None,
+    inside: str,
 ) -> None:
     os.makedirs(out, exist_ok=True)
     table = prepared.manifest
@@ -238,7 +252,7 @@ def _write(
         shutil.rmtree(staging, ignore_errors=True)
         sources = [os.path.join(raw, *p.split("/")) for p in table.column("source").to_pylist()]
         targets = [os.path.join(staging, *p.split("/")) for p in images]
-        prepared.copied_instead_of_linked = materialize(sources, targets, mode=mode)
+        prepared.copied_instead_of_linked = materialize(sources, targets, mode=mode, inside=inside)
         for name in SPLIT_NAMES:
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
             if os.path.isdir(os.path.join(staging, name)):
@@ -256,6 +270,7 @@ def _write(
     rows = [(kind, name, reason) for kind, items in prepared.problems.items() for name, reason in items]
     if rows:
         kinds, names, reasons = zip(*rows, strict=True)
+        names = tuple(printable(name) for name in names)  # a name that is not UTF-8, still named
         problem_table = pa.table({"kind": list(kinds), "name": list(names), "reason": list(reasons)})
         _atomic(problems, lambda path: pa_csv.write_csv(problem_table, path))
         prepared.written.append(problems)
@@ -284,4 +299,3 @@ def _atomic(path: str, write: Callable[[str], None]) -> None:
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
-

@@ -23,14 +23,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from torchloom.datasets.index import check_image_file
+from torchloom.io.file_errors import failure_reason
 from torchloom.io.files import open_file
 
 #: Bytes read at a time while hashing a file.
 HASH_CHUNK = 1 << 20
 
 
-def content_hash(path: str) -> str:
-    """The BLAKE2b (128-bit) hex digest of a regular file's bytes.
+def content_hash(path: str, *, inside: str | None = None) -> str:
+    """The BLAKE2b (128-bit) hex digest of a regular file's bytes (one that resolves into the real
+    folder ``inside``, when given).
 
     Example:
         >>> import os, tempfile
@@ -40,7 +42,7 @@ def content_hash(path: str) -> str:
         'cf4ab791c62b8d2b2109c90275287816'
     """
     digest = hashlib.blake2b(digest_size=16)
-    with open_file(path) as handle:
+    with open_file(path, inside=inside) as handle:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -59,17 +61,19 @@ def check_files(
     *,
     num_threads: int | None = None,
     progress: Callable[..., Iterator[FileCheck]] | None = None,
+    inside: str | None = None,
 ) -> list[FileCheck]:
-    """Check each image's header and hash its bytes, in threads; one :class:`FileCheck` per path."""
+    """Check each image's header and hash its bytes, in threads; one :class:`FileCheck` per path.
+    ``inside``: the real folder every file must resolve into, checked on each opened file."""
 
     def check(path: str) -> FileCheck:
-        problem = check_image_file(path, "header")
+        problem = check_image_file(path, "header", inside=inside)
         if problem is not None:
             return FileCheck("", problem)
         try:
-            return FileCheck(content_hash(path), None)
+            return FileCheck(content_hash(path, inside=inside), None)
         except OSError as exc:
-            return FileCheck("", f"{type(exc).__name__}: {exc}")
+            return FileCheck("", failure_reason(exc, path))
 
     with ThreadPoolExecutor(max_workers=num_threads or min(8, os.cpu_count() or 1)) as pool:
         results = pool.map(check, paths)

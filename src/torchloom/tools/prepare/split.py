@@ -97,7 +97,8 @@ def unit_hash(key: str, seed: int) -> float:
     """
     if seed < 0:
         raise ConfigError(f"seed must be >= 0, got {seed}")
-    digest = hashlib.blake2b(seed.to_bytes(8, "little") + key.encode("utf-8"), digest_size=8).digest()
+    key_bytes = key.encode("utf-8", "surrogateescape")  # a name's own bytes, valid UTF-8 or not
+    digest = hashlib.blake2b(seed.to_bytes(8, "little") + key_bytes, digest_size=8).digest()
     return (int.from_bytes(digest, "big") >> (64 - _HASH_BITS)) / float(1 << _HASH_BITS)
 
 

@@ -13,9 +13,11 @@ and ``label``). ``--n`` samples are drawn with ``--seed`` and transformed with t
 the samples are collated by ``Collate({"image": PadImages(multiple_of=...)})`` and each padded
 image is drawn with its padding (``image_mask`` False) hatched red.
 
-Exit status: 0 when the grid was written; 1 when the data could not be read, a file failed
-validation or a sample failed to load (each is listed; the others are drawn) or matplotlib is
-missing; 2 for a usage error (bad ``--transform``, a DATA that does not exist, ``--n`` below 1).
+What the dataset left out is printed on stderr, a line per reason with its first files (files
+that are not images are ignored without changing the exit status). Exit status: 0 when the grid
+was written; 1 when the data could not be read (one line says why), a file failed validation or a
+sample failed to load (the others are drawn) or matplotlib is missing; 2 for a usage error (bad
+``--transform``, a DATA that does not exist, ``--n`` below 1).
 
 Example:
     >>> import argparse
@@ -38,13 +40,22 @@ import torch
 from torchloom.collate import AsList, Collate, PadImages
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
+from torchloom.datasets.index import DatasetReport
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import ConfigError, TorchloomError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
 from torchloom.tools.show.grid import Tile, draw_grid
 from torchloom.tools.show.transform_spec import ALLOWED_TRANSFORMS, parse_transform_spec
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, add_data_arguments
+from torchloom.tools.terminal import (
+    EXIT_CLEAN,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    add_data_arguments,
+    fail,
+    print_left_out,
+    printable,
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -91,10 +102,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchloom show: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        dataset = open_dataset(args.data, transform=transform, seed=args.seed, split=args.split)
-        invalid = dataset.report.invalid if isinstance(dataset, (FolderDataset, ManifestDataset)) else []
-        for path, reason in invalid:
-            print(f"torchloom show: {path} failed validation and is not shown: {reason}", file=sys.stderr)
+        dataset = open_dataset(
+            args.data,
+            transform=transform,
+            seed=args.seed,
+            split=args.split,
+            allow_outside_root=args.allow_outside_root,
+        )
+        report = dataset.report if isinstance(dataset, (FolderDataset, ManifestDataset)) else DatasetReport()
+        print_left_out("show", report.summary(root=getattr(dataset, "root", None)))
+        invalid = report.invalid
         indices = choose_indices(len(dataset), args.n, seed=args.seed)
         samples = [dataset[SampleKey(int(index), 0)] for index in indices]
         failed = [sample for sample in samples if isinstance(sample, Skipped)]
@@ -111,23 +128,33 @@ def run(args: argparse.Namespace) -> int:
         tiles = batch_tiles(good, classes, args.multiple_of) if args.batch else sample_tiles(good, classes)
         what = _batch_summary(tiles) if args.batch else f"{len(good)} samples"
         title = f"{args.data}: {what}\ntransform: {args.transform.strip() or 'none'}   seed {args.seed}"
+    except (TorchloomError, OSError) as exc:  # the data could not be read
+        return fail("show", exc)
+    try:
         rows, columns = draw_grid(tiles, args.out, title=title)
-    except TorchloomError as exc:
-        print(f"torchloom show: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+    except TorchloomError as exc:  # matplotlib is missing
+        return fail("show", exc)
     except OSError as exc:  # the grid could not be written (permissions, disk full)
         print(f"torchloom show: cannot write --out {args.out!r}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_PROBLEMS
-    print(f"wrote {args.out}: {len(tiles)} tile(s) in {rows} row(s) × {columns} column(s)")
+    print(printable(f"wrote {args.out}: {len(tiles)} tile(s) in {rows} row(s) × {columns} column(s)"))
     return EXIT_PROBLEMS if failed or invalid else EXIT_CLEAN
 
 
-def open_dataset(data: str, *, transform: Any, seed: int, split: str | None = None) -> IndexedDataset:
+def open_dataset(
+    data: str, *, transform: Any, seed: int, split: str | None = None, allow_outside_root: bool = False
+) -> IndexedDataset:
     """A class folder (or a ``split`` of a split root) as :class:`FolderDataset`, anything else as a
     :class:`ManifestDataset`; broken samples are skipped (and reported by ``run``), transform bugs
     raise."""
     return open_image_dataset(
-        data, split=split, transform=transform, seed=seed, on_error="skip", progress=False
+        data,
+        split=split,
+        transform=transform,
+        seed=seed,
+        on_error="skip",
+        progress=False,
+        allow_outside_root=allow_outside_root,
     )
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchloom.errors import MissingPlotError, install_hint
+from torchloom.tools.terminal import printable
 
 #: Width and height of one tile's image area, in inches.
 TILE_INCHES = 2.4
@@ -83,7 +84,7 @@ def draw_grid(tiles: Sequence[Tile], path: str | os.PathLike[str], *, title: str
             ax.set_axis_off()
             if position < len(tiles):
                 _draw_tile(ax, tiles[position])
-        figure.suptitle(title, fontsize=11)
+        figure.suptitle(printable(title), fontsize=11)
         if legend:
             handles = [
                 Patch(facecolor=PADDING_RGBA, edgecolor="red", hatch="///", label=PADDING_LABEL),
@@ -131,4 +132,4 @@ def _draw_tile(ax: object, tile: Tile) -> None:
         with plt.rc_context({"hatch.color": "red", "hatch.linewidth": 1.0}):
             ax.contourf(padded, levels=[0.5, 1.5], colors="none", hatches=["///"])  # type: ignore[attr-defined]
         ax.contour(padded, levels=[0.5], colors=EDGE_COLOR, linewidths=1.2)  # type: ignore[attr-defined]
-    ax.set_title(tile.title, fontsize=8, pad=3)  # type: ignore[attr-defined]
+    ax.set_title(printable(tile.title), fontsize=8, pad=3)  # type: ignore[attr-defined]
