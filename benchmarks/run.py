@@ -28,6 +28,7 @@ from benchmarks.collate_bench import (
     run_collate_workers,
 )
 from benchmarks.common import cpu_count, markdown_table
+from benchmarks.compare import COMPARISON_TITLE, comparison_section, written_on
 from benchmarks.doctor_bench import doctor_section
 from benchmarks.fast_path import cache_section, loader_section, tune_section
 from benchmarks.hyperspectral_bench import hyperspectral_section
@@ -340,7 +341,12 @@ def main() -> None:
     if args.only is not None and os.path.exists(args.out):
         stamp = f"\n\n_Re-measured alone: `python -m benchmarks.run --only {args.only}`._"
         measured = [s + stamp if not s.startswith("## GPU") else s for s in sections]
-        sections = merge_sections(args.out, measured)
+        # The comparison described the whole previous run: with one section re-measured it no longer holds.
+        sections = [s for s in merge_sections(args.out, measured) if not s.startswith(COMPARISON_TITLE)]
+    elif os.path.exists(args.out):
+        with open(args.out, encoding="utf-8") as handle:
+            previous = handle.read()
+        sections.insert(0, comparison_section(previous, "\n".join(sections), written_on(previous)))
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     print(f"wrote {args.out}")
