@@ -7,7 +7,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.collate import CropOrPadVolumes
+from torchloom.collation import CropOrPadVolumes
 from torchloom.datasets import VolumeDataset
 
 

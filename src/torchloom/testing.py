@@ -24,6 +24,12 @@ from tqdm.auto import tqdm
 
 from torchloom.errors import ConfigError
 
+__all__ = [
+    "PlantedFaults",
+    "synthetic_image",
+    "write_class_folders",
+]
+
 SHAPES = ("circle", "box", "line", "triangle", "ring")
 JPEG_QUALITY = 90
 

@@ -2,7 +2,7 @@
 
 The dataset assembles a window (not the collate function, which would bypass the sampler and the
 workers). :class:`WindowIndex` maps a window number to its sequence and first step; the
-:class:`torchloom.WindowSampler` draws window numbers from the same index.
+:class:`torchloom.samplers.WindowSampler` draws window numbers from the same index.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torchloom.collate import collate
+from torchloom.collation import collate
 from torchloom.errors import ConfigError, SampleIndexError, UsageError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey

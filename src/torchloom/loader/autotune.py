@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from torchloom.collate import collate
+from torchloom.collation import collate
 from torchloom.errors import ConfigError
 from torchloom.loader.loader import Loader, available_cores
 from torchloom.loader.profiler import count_samples

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 
 from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import BatchSlots
-from torchloom.collate import collate
+from torchloom.collation import collate
 from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
 from torchloom.loader.iteration import LoaderIteration, PassPlan

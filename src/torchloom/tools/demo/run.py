@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from torchloom.collate import Collate, PadSequences
+from torchloom.collation import Collate, PadSequences
 from torchloom.datasets import Image, JoinKey, Label, ManifestDataset
 from torchloom.errors import ConfigError
 from torchloom.faults import FaultReport

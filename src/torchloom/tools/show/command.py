@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchloom.collate import AsList, Collate, PadImages
+from torchloom.collation import AsList, Collate, PadImages
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.index import DatasetReport

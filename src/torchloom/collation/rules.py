@@ -28,7 +28,7 @@ from torch.nn import functional
 
 from torchloom._buffers.slots import empty_batch
 from torchloom._buffers.worker import WorkerBatchPool, ship
-from torchloom.collate.auto import collate_values, split_skipped
+from torchloom.collation.auto import collate_values, split_skipped
 from torchloom.errors import CollateError, ConfigError, UsageError
 from torchloom.faults import SKIPPED_KEY
 from torchloom.seeding import rng_for_key

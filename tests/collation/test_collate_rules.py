@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
-from torchloom import AsList, Collate, PadImages, PadSequences, SampleKey, Skipped, Stack, collate
-from torchloom.collate import CropOrPadVolumes
+from torchloom import Collate, PadImages, PadSequences, SampleKey, Skipped, collate
+from torchloom.collation import AsList, CropOrPadVolumes, Stack
 from torchloom.errors import CollateError
 
 SETTINGS = settings(max_examples=60, deadline=None)
