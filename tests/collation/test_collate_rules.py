@@ -163,7 +163,7 @@ def test_crop_or_pad_volumes_is_seeded_by_sample_key() -> None:
 
 def test_crop_or_pad_reflect_and_centre() -> None:
     volume = torch.arange(3, dtype=torch.float32).reshape(1, 1, 3)
-    rule = CropOrPadVolumes((1, 1, 7), mode="reflect", random=False)
+    rule = CropOrPadVolumes((1, 1, 7), padding="reflect", random=False)
     out = Collate({"v": rule})([{"v": volume}])["v"][0, 0, 0]
     assert out.tolist() == [2.0, 1.0, 0.0, 1.0, 2.0, 1.0, 0.0]
     centre = CropOrPadVolumes((2,), random=False)

@@ -113,7 +113,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             garbage-collected, or the process exits: keep it open while loaders read it.
         rebuild: rebuild a stale or damaged cache (with a warning) instead of raising.
         verify: check every byte's checksum on open instead of sampled blocks.
-        num_threads: threads that decode (default: one per CPU).
+        num_threads: threads that decode (default: one per core this process may use, at most
+            32: the rule for file work, as in :class:`~torchloom.datasets.IndexingOptions`).
         progress: show progress bars while building.
 
     Example:
@@ -212,6 +213,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
                 meta = build_cache(
                     staging,
                     self.source,
+                    cache_path=self.path,
                     settings=self._settings,
                     inputs=inputs,
                     max_side=self.max_side,

@@ -71,7 +71,9 @@ class IndexingOptions(SampleOptions, total=False):
             file instead of leaving them out (default ``False``).
         allow_outside_root: accept paths and symlinks that lead outside the dataset's root
             (default ``False``: refused at construction and again at every read).
-        num_threads: threads that check the files (default ``None``: four per CPU, at most 32).
+        num_threads: threads that check the files (default ``None``: one per core this process
+            may use, at most 32; the same rule for all file work: validation, the decoded cache,
+            ``doctor``, ``prepare``. The :class:`~torchloom.Loader` caps its batch threads at 8).
         progress: show a progress bar while they run (default ``True``).
     """
 

@@ -207,7 +207,7 @@ def run_demo(
             rules=parse_rules([f"{name}:/{name}/" for name in DEMO_CLASSES[: len(counts)]]),
             fractions=(0.8, 0.2),
             seed=seed,
-            materialize_mode="link",
+            materialize="link",
             group_duplicates=True,
             progress=not quiet,
         )
