@@ -28,6 +28,7 @@ from torchloom.cache.memory import SharedCopy, format_bytes
 from torchloom.cache.opening import CacheProblem, inspect_cache, map_again
 from torchloom.cache.storage import INPUTS_FILE, META_FILE, ImageStore
 from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto, Slot
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import CacheError, ConfigError, CorruptCacheError, SampleError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.timing import StageClock
@@ -131,6 +132,9 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         False
     """
 
+    @takes_no_sample_options(
+        "it applies the transform, fault policy and seed of the dataset it caches: set them there"
+    )
     def __init__(
         self,
         dataset: CacheableDataset,

@@ -2,9 +2,10 @@
 
 Which datasets take which options (:mod:`torchloom.datasets.options`): those that decode each
 sample from files take the :class:`SampleOptions` (``transform``, ``on_error``, ``seed``,
-``debug``); those that also index files found on disk or named by a manifest take the
-:class:`IndexingOptions` too. Datasets made from other datasets or from rows in memory take
-neither: their samples come from their sources, whose options apply.
+``debug``); those that also index files found in a folder or named by a manifest take the
+:class:`IndexingOptions` too (all but :class:`HyperspectralDataset`). Datasets made from other
+datasets or from values in memory (:class:`TableDataset`, :class:`MixedDataset`,
+:class:`WindowDataset`) take neither: their samples come from their sources, whose options apply.
 """
 
 from torchloom._buffers.slots import BatchSlots

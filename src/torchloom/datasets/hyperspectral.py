@@ -154,7 +154,7 @@ class HyperspectralDataset(IndexedDataset):
         dtype: str | np.dtype | None = None,
         **options: Unpack[SampleOptions],
     ) -> None:
-        sample = sample_settings(options, what="HyperspectralDataset")
+        sample = sample_settings(options, what=type(self))
         listed = list(cubes) if isinstance(cubes, Sequence) and not isinstance(cubes, str) else [cubes]
         self.cubes: list[CubeSource] = [open_cube(cube, array=array, layout=layout) for cube in listed]
         if not self.cubes:

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from torchloom.collation import collate
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import ConfigError, SampleIndexError, UsageError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
@@ -74,6 +75,7 @@ class WindowDataset(Dataset["dict[str, Any] | Skipped"]):
         ([4.0, 5.0, 6.0], 1)
     """
 
+    @takes_no_sample_options("its windows are made of steps: give the options to the dataset of steps")
     def __init__(
         self,
         steps: Dataset[Any] | np.ndarray | torch.Tensor,
