@@ -24,6 +24,7 @@ import simplejpeg
 from torch.utils.data import DataLoader
 
 import torchloom as tl
+from torchloom.collation import AsList
 from torchloom.datasets import JoinKey
 from torchloom.fusion import JoinedDataset
 from torchloom.testing import synthetic_image
@@ -95,7 +96,7 @@ def build_loader(
         missing="mask",
     )
     collate = tl.Collate(
-        {"image": tl.PadImages(multiple_of=32), "title": TokenizeThenPad(), "path": tl.AsList()}
+        {"image": tl.PadImages(multiple_of=32), "title": TokenizeThenPad(), "path": AsList()}
     )
     keys = [tl.SampleKey(i, epoch=0) for i in range(len(joined))]
     loader = DataLoader(

@@ -14,7 +14,9 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 import torchloom as tl
+from torchloom.datasets import WindowDataset
 from torchloom.fusion import TimeSync
+from torchloom.samplers import WindowSampler
 
 WINDOW = 8
 
@@ -39,8 +41,8 @@ def fused(seed: int) -> TimeSync:
 def main() -> None:
     recordings = [fused(seed) for seed in range(3)]
     steps = tl.MixedDataset(recordings)  # recordings end to end: the steps windows are cut from
-    windows = tl.WindowDataset(steps, [len(r) for r in recordings], window=WINDOW, stride=4)
-    sampler = tl.WindowSampler([len(r) for r in recordings], window=WINDOW, stride=4, seed=0)
+    windows = WindowDataset(steps, [len(r) for r in recordings], window=WINDOW, stride=4)
+    sampler = WindowSampler([len(r) for r in recordings], window=WINDOW, stride=4, seed=0)
     loader = DataLoader(windows, sampler=sampler, batch_size=16, num_workers=2, collate_fn=tl.collate)
     batch = next(iter(loader))
     print(recordings[0].report)

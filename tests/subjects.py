@@ -11,8 +11,8 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from resume import Subject
-from torchloom import BalancedSampler, MixtureSampler, WeightedSampler, WindowSampler
-from torchloom.samplers import KeySampler
+from torchloom import BalancedSampler, MixtureSampler, WeightedSampler
+from torchloom.samplers import KeySampler, WindowSampler
 
 LABELS = np.array([0] * 30 + [1] * 8 + [2] * 3)
 

@@ -183,8 +183,8 @@ def test_a_reference_page_carries_the_docstrings_of_the_modules_defining_its_nam
     # tune() and collate() say "see the module docstring": that text must be on their page.
     loader = (built_docs / "reference/torchloom.loader.html").read_text(encoding="utf-8")
     assert "Rules of thumb" in loader and "How they work" in loader
-    collate = (built_docs / "reference/torchloom.collate.html").read_text(encoding="utf-8")
-    assert "numbers become tensors; strings stay lists" in collate
+    collation = (built_docs / "reference/torchloom.collation.html").read_text(encoding="utf-8")
+    assert "numbers become tensors; strings stay lists" in collation
 
 
 def test_a_reference_to_nothing_fails_the_build_and_one_to_the_outside_does_not(tmp_path: Path) -> None:

@@ -338,7 +338,7 @@ def test_parquet_manifest_with_a_fifo_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_window_with_a_skipped_step_is_skipped_whole(tmp_path: Path) -> None:
-    from torchloom import WindowDataset
+    from torchloom.datasets import WindowDataset
 
     root = folder_with(tmp_path)
     (root / "cat" / "2.jpg").write_bytes(b"")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import json
 import pkgutil
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ SUBPACKAGES = (
     "torchloom.io",
     "torchloom.datasets",
     "torchloom.transforms",
-    "torchloom.collate",
+    "torchloom.collation",
     "torchloom.samplers",
     "torchloom.fusion",
     "torchloom.streaming",
@@ -34,6 +36,9 @@ SUBPACKAGES = (
     "torchloom.loader",
     "torchloom.resume",
     "torchloom.errors",
+    "torchloom.faults",
+    "torchloom.seeding",
+    "torchloom.testing",
     "torchloom.tools.doctor",
     "torchloom.tools.prepare",
     "torchloom.tools.show",
@@ -57,19 +62,156 @@ def test_every_subpackage_name_imports(module_name: str) -> None:
         assert getattr(module, name) is not None, f"{module_name}.{name}"
 
 
+#: The core, pinned: a name joins or leaves it on purpose, with this list and the changelog.
+CORE = {
+    "datasets": ["FolderDataset", "ManifestDataset", "TableDataset", "MixedDataset", "StreamDataset"],
+    "fields": ["Image", "Label", "Numeric", "Text"],
+    "transforms": ["Compose", "RandomResizedCrop", "HorizontalFlip", "Resize", "CenterCrop", "Normalize"],
+    "batches": ["collate", "Collate", "PadImages", "PadSequences"],
+    "samplers": ["IndexSampler", "BalancedSampler", "WeightedSampler", "MixtureSampler"],
+    "loading": ["Loader", "LoaderProfiler", "tune", "DecodedCache", "read_image"],
+    "randomness": ["SampleKey", "sample_rng"],
+    "faults": ["FaultPolicy", "FaultReport", "Skipped"],
+    "errors": ["TorchloomError", "ConfigError", "DataError", "SampleError"],
+    "version": ["__version__"],
+}
+
+
+def test_the_core_is_what_training_scripts_import() -> None:
+    assert sorted(torchloom.__all__) == sorted(name for names in CORE.values() for name in names)
+
+
 def test_domain_names_live_in_their_subpackages_not_the_core() -> None:
     homes = {
         "EnviCube": "torchloom.io",
         "HyperspectralDataset": "torchloom.datasets",
         "VideoClipDataset": "torchloom.datasets",
+        "WindowDataset": "torchloom.datasets",
         "spatial_block_split": "torchloom.datasets",
         "PCA": "torchloom.transforms",
+        "WindowSampler": "torchloom.samplers",
+        "Stack": "torchloom.collation",
+        "AsList": "torchloom.collation",
+        "CropOrPadVolumes": "torchloom.collation",
+        "LRUCache": "torchloom.cache",
         "TimeSync": "torchloom.fusion",
         "diagnose": "torchloom.tools.doctor",
+        "write_class_folders": "torchloom.testing",
     }
     for name, home in homes.items():
         assert name not in torchloom.__all__
         assert name in importlib.import_module(home).__all__
+
+
+def test_the_core_transforms_are_the_transforms_subpackage_ones() -> None:
+    import torchloom.transforms
+
+    for name in CORE["transforms"]:
+        assert getattr(torchloom, name) is getattr(torchloom.transforms, name)
+
+
+def test_no_core_name_shadows_a_module_of_the_package() -> None:
+    """``import torchloom.<module>`` and ``torchloom.<module>.<name>`` both reach the module."""
+    for info in pkgutil.iter_modules(torchloom.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"torchloom.{info.name}")
+        assert info.name not in torchloom.__all__, info.name
+        assert getattr(torchloom, info.name) is module, info.name
+    import torchloom.collation as collation
+
+    assert collation.PadImages is torchloom.collation.PadImages is torchloom.PadImages
+
+
+def test_internal_helpers_are_not_exported() -> None:
+    internal = {
+        "torchloom.collation": ["stack_tensors", "collate_values"],
+        "torchloom.loader": ["default_threads"],
+        "torchloom.streaming": ["assignment"],
+        "torchloom.datasets": ["WindowIndex"],
+    }
+    for module_name, names in internal.items():
+        exported = importlib.import_module(module_name).__all__
+        assert not set(names) & set(exported), module_name
+
+
+def test_subpackages_export_the_errors_their_users_catch() -> None:
+    errors = {
+        "torchloom.io": [
+            "DecodeError",
+            "HeaderError",
+            "MissingFileError",
+            "UnreadableFileError",
+            "UnsafeFileError",
+        ],
+        "torchloom.datasets": [
+            "EmptyDatasetError",
+            "FieldNotFoundError",
+            "ManifestError",
+            "PathOutsideRootError",
+            "ValidationFailedError",
+        ],
+        "torchloom.collation": ["CollateError"],
+        "torchloom.transforms": ["TransformError"],
+        "torchloom.faults": ["SampleError", "SkippedSampleError"],
+        "torchloom.resume": ["StateMismatchError", "DistributedSetupError"],
+        "torchloom.fusion": ["JoinError", "TimestampError"],
+        "torchloom.cache": ["CacheError", "StaleCacheError"],
+    }
+    for module_name, names in errors.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            assert name in module.__all__, f"{module_name}.{name}"
+            assert getattr(module, name) is getattr(torchloom.errors, name)
+
+
+def _public_values() -> dict[int, str]:
+    """Every value a public module exports, by identity, with one place that exports it."""
+    exported: dict[int, str] = {}
+    for module_name in ("torchloom", *SUBPACKAGES):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            exported.setdefault(id(getattr(module, name)), f"{module_name}.{name}")
+    return exported
+
+
+def _classes_in(hint: object) -> set[type]:
+    found = {hint} if isinstance(hint, type) else set()
+    for argument in typing.get_args(hint):
+        found |= _classes_in(argument)
+    return found
+
+
+def _hinted_classes(value: object) -> set[type]:
+    """The classes named by the type hints of a public function, or of a class's attributes and
+    public methods (its constructor included)."""
+    functions = [value] if inspect.isfunction(value) else []
+    hinted: set[type] = set()
+    if inspect.isclass(value):
+        hinted |= {cls for hint in typing.get_type_hints(value).values() for cls in _classes_in(hint)}
+        for name, member in vars(value).items():
+            if name.startswith("_") and name != "__init__":
+                continue
+            member = member.fget if isinstance(member, property) else member
+            member = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if inspect.isfunction(member):
+                functions.append(member)
+    for function in functions:
+        hinted |= {cls for hint in typing.get_type_hints(function).values() for cls in _classes_in(hint)}
+    return hinted
+
+
+def test_every_type_in_a_public_signature_is_exported() -> None:
+    """A parameter, return value or attribute of a public name is of a type a user can import."""
+    exported = _public_values()
+    unexported: dict[str, str] = {}
+    for module_name in ("torchloom", *SUBPACKAGES):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            for cls in _hinted_classes(getattr(module, name)):
+                if cls.__module__.startswith("torchloom") and id(cls) not in exported:
+                    unexported[f"{cls.__module__}.{cls.__qualname__}"] = f"{module_name}.{name}"
+    assert not unexported, unexported
 
 
 def _package_modules() -> list[str]:

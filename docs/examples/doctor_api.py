@@ -29,7 +29,7 @@ def main() -> None:
             label_entries=labels,
             fractions=(0.8, 0.2),
             group_duplicates=True,
-            materialize_mode="link",  # also prepared/<split>/<label>/ folders
+            materialize="link",  # also prepared/<split>/<label>/ folders
         )
         left_out = {kind: len(files) for kind, files in result.problems.items() if files}
         print(result.classes, result.counts().tolist(), left_out)

@@ -1,14 +1,14 @@
 """A sampler checkpoint written by one rank resumes on two: each remaining window exactly once."""
 
-import torchloom as tl
+from torchloom.samplers import WindowSampler
 
 
 def main() -> None:
-    one_rank = tl.WindowSampler([40], window=4, seed=0)  # 37 windows, shuffled per epoch
+    one_rank = WindowSampler([40], window=4, seed=0)  # 37 windows, shuffled per epoch
     first = [int(key) for _, key in zip(range(10), one_rank, strict=False)]  # trained on 10, then saved
     saved = one_rank.state_dict()
 
-    two_ranks = [tl.WindowSampler([40], window=4, seed=0, rank=rank, world_size=2) for rank in range(2)]
+    two_ranks = [WindowSampler([40], window=4, seed=0, rank=rank, world_size=2) for rank in range(2)]
     for sampler in two_ranks:
         sampler.load_state_dict(saved)  # the other 27 windows, split between the two ranks
     rest = [int(key) for sampler in two_ranks for key in sampler]

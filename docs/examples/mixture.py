@@ -5,7 +5,8 @@ import pyarrow as pa
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.samplers import BatchKeySampler
+from torchloom.datasets import WindowDataset
+from torchloom.samplers import BatchKeySampler, WindowSampler
 
 
 def main() -> None:
@@ -19,8 +20,8 @@ def main() -> None:
 
     lengths = [40, 25]  # two recordings of 40 and 25 steps, back to back
     steps = np.arange(65.0)
-    windows = tl.WindowDataset(steps, lengths, window=8, stride=4)
-    sampler = tl.WindowSampler(lengths, window=8, stride=4, seed=0)
+    windows = WindowDataset(steps, lengths, window=8, stride=4)
+    sampler = WindowSampler(lengths, window=8, stride=4, seed=0)
     loader = DataLoader(windows, sampler=sampler, batch_size=len(sampler), collate_fn=tl.collate)
     batch = next(iter(loader))
     crossing = [start for start in batch["window"][:, 0].tolist() if start < 40 < start + 8]

@@ -7,7 +7,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 import torchloom as tl
-from torchloom.collate import CropOrPadVolumes
+from torchloom.collation import CropOrPadVolumes
 from torchloom.datasets import VolumeDataset
 
 
@@ -22,7 +22,7 @@ def main() -> None:
 
         scans = VolumeDataset(root, progress=False)
         print(len(scans), scans.classes, scans.shapes[:2].tolist())  # (C, D, H, W), C = 0: no channel axis
-        to_batch = tl.Collate({"volume": CropOrPadVolumes((32, 64, 64), mode="reflect")})
+        to_batch = tl.Collate({"volume": CropOrPadVolumes((32, 64, 64), padding="reflect")})
         keys = [tl.SampleKey(index, epoch=0) for index in range(len(scans))]  # reproducible crops
         loader = DataLoader(scans, sampler=keys, batch_size=3, num_workers=2, collate_fn=to_batch)
         batch = next(iter(loader))

@@ -1,13 +1,16 @@
 """torchloom: messy, multi-source data into fast, correct PyTorch batches.
 
-The core API, below, is what most training scripts need. Each subpackage holds the rest of its
-concern: :mod:`torchloom.io` (readers: ENVI and HDF5 cubes, video, volumes, tables),
-:mod:`torchloom.datasets` (hyperspectral, video and volume datasets, the sample index),
-:mod:`torchloom.transforms`, :mod:`torchloom.collate`, :mod:`torchloom.samplers`,
-:mod:`torchloom.fusion` (joins and time alignment), :mod:`torchloom.streaming`,
-:mod:`torchloom.cache`, :mod:`torchloom.loader`, :mod:`torchloom.resume`,
-:mod:`torchloom.tools` (doctor, prepare, show, bench, demo) and :mod:`torchloom.errors` (every
-error type).
+The core API, below, is what most training scripts need: the datasets of image folders,
+manifests and tables, the image transforms, collate and its padding rules, the samplers, the
+thread Loader, the decoded cache, the fault policy and the base errors. Each subpackage holds the
+rest of its concern: :mod:`torchloom.io` (readers: ENVI and HDF5 cubes, video, volumes, tables),
+:mod:`torchloom.datasets` (hyperspectral, video, volume and window datasets, the sample index),
+:mod:`torchloom.transforms`, :mod:`torchloom.collation` (the rules :class:`Collate` applies),
+:mod:`torchloom.samplers`, :mod:`torchloom.fusion` (joins and time alignment),
+:mod:`torchloom.streaming`, :mod:`torchloom.cache`, :mod:`torchloom.loader`,
+:mod:`torchloom.resume`, :mod:`torchloom.tools` (doctor, prepare, show, bench, demo),
+:mod:`torchloom.testing` (synthetic data), :mod:`torchloom.faults`, :mod:`torchloom.seeding`
+and :mod:`torchloom.errors` (every error type).
 
 Example:
     >>> import torchloom
@@ -15,8 +18,8 @@ Example:
     True
 """
 
-from torchloom.cache import DecodedCache, LRUCache
-from torchloom.collate import AsList, Collate, PadImages, PadSequences, Stack, collate
+from torchloom.cache import DecodedCache
+from torchloom.collation import Collate, PadImages, PadSequences, collate
 from torchloom.datasets import (
     FolderDataset,
     Image,
@@ -26,52 +29,53 @@ from torchloom.datasets import (
     Numeric,
     TableDataset,
     Text,
-    WindowDataset,
 )
 from torchloom.errors import ConfigError, DataError, SampleError, TorchloomError
 from torchloom.faults import FaultPolicy, FaultReport, Skipped
 from torchloom.io import read_image
 from torchloom.loader import Loader, LoaderProfiler, tune
-from torchloom.samplers import BalancedSampler, IndexSampler, MixtureSampler, WeightedSampler, WindowSampler
+from torchloom.samplers import BalancedSampler, IndexSampler, MixtureSampler, WeightedSampler
 from torchloom.seeding import SampleKey, sample_rng
 from torchloom.streaming import StreamDataset
+from torchloom.transforms import CenterCrop, Compose, HorizontalFlip, Normalize, RandomResizedCrop, Resize
 
 #: The installed torchloom's version (the one place it is written; pyproject.toml reads it).
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsList",
     "BalancedSampler",
+    "CenterCrop",
     "Collate",
+    "Compose",
     "ConfigError",
     "DataError",
     "DecodedCache",
     "FaultPolicy",
     "FaultReport",
     "FolderDataset",
+    "HorizontalFlip",
     "Image",
     "IndexSampler",
-    "LRUCache",
     "Label",
     "Loader",
     "LoaderProfiler",
     "ManifestDataset",
     "MixedDataset",
     "MixtureSampler",
+    "Normalize",
     "Numeric",
     "PadImages",
     "PadSequences",
+    "RandomResizedCrop",
+    "Resize",
     "SampleError",
     "SampleKey",
     "Skipped",
-    "Stack",
     "StreamDataset",
     "TableDataset",
     "Text",
     "TorchloomError",
     "WeightedSampler",
-    "WindowDataset",
-    "WindowSampler",
     "__version__",
     "collate",
     "read_image",

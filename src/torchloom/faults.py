@@ -29,6 +29,15 @@ from torchloom.errors import (
     check_choice,
 )
 
+__all__ = [
+    "SKIPPED_KEY",
+    "FaultPolicy",
+    "FaultReport",
+    "SampleError",
+    "Skipped",
+    "SkippedSampleError",
+]
+
 T = TypeVar("T")
 
 OnError = Literal["raise", "skip", "retry"]

@@ -26,6 +26,13 @@ import torch
 from torchloom._compat import register_seed_sequence
 from torchloom.errors import ConfigError
 
+__all__ = [
+    "SampleKey",
+    "rng_for_key",
+    "sample_rng",
+    "sample_rngs",
+]
+
 # Upper bound of the draw from torch's generator used when a plain int index arrives.
 _TORCH_DRAW_BOUND = (1 << 62) - 1
 

@@ -22,7 +22,14 @@ import numpy as np
 import simplejpeg
 from tqdm.auto import tqdm
 
+from torchloom._threads import file_threads
 from torchloom.errors import ConfigError
+
+__all__ = [
+    "PlantedFaults",
+    "synthetic_image",
+    "write_class_folders",
+]
 
 SHAPES = ("circle", "box", "line", "triangle", "ring")
 JPEG_QUALITY = 90
@@ -104,7 +111,7 @@ def write_class_folders(
 
     for name in names:
         os.makedirs(os.path.join(root, name), exist_ok=True)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+    with ThreadPoolExecutor(max_workers=file_threads()) as pool:
         list(tqdm(pool.map(write, jobs), total=len(jobs), desc="writing images", disable=not progress))
     faults = PlantedFaults()
     rng = np.random.default_rng(seed)

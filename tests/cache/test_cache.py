@@ -563,6 +563,15 @@ def test_configuration_errors_say_what_works(folders: Path, png_manifest: Path, 
     assert renamed.fields == ("photo",) and renamed[0]["photo"].shape == (3, 40, 56)
 
 
+def test_the_build_progress_names_the_cache_not_its_staging_folder(
+    folders: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with DecodedCache(FolderDataset(folders, progress=False), tmp_path / "faces.cache", progress=True):
+        pass
+    bars = capsys.readouterr().err
+    assert "decoding into faces.cache" in bars and "building" not in bars
+
+
 def test_cli_builds_then_reuses(folders: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cache"
     assert cli_main(["cache", str(folders), "--out", str(out), "--max-side", "32", "--threads", "2"]) == 0

@@ -318,8 +318,12 @@ def test_split_reads_one_split_with_the_classes_of_all(split_root: Path) -> None
 def test_show_and_cache_take_a_split(
     split_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["show", str(split_root), "--out", str(tmp_path / "grid.png")]) == 1
+    # A split root without --split is a usage error (2), alike in every command that reads DATA.
+    assert main(["show", str(split_root), "--out", str(tmp_path / "grid.png")]) == 2
     assert "--split train" in capsys.readouterr().err
+    for command, options in (("cache", ["--out", str(tmp_path / "cache")]), ("bench", ["--plot", ""])):
+        assert main([command, str(split_root), *options]) == 2
+        assert f"torchloom {command}: ConfigError:" in capsys.readouterr().err
     assert main(["show", str(split_root), "--split", "train", "--out", str(tmp_path / "grid.png")]) == 0
     assert main(["cache", str(split_root), "--split", "val", "--out", str(tmp_path / "cache")]) == 0
     assert "2 samples" in capsys.readouterr().out

@@ -152,7 +152,11 @@ def test_patches_at_every_pixel_equal_numpy_pad(tmp_path: Path, patch_size: int,
     padded = np.pad(cube, ((half, half), (half, half), (0, 0)), mode=padding, **options)  # type: ignore[call-overload]
     for source in sources:
         dataset = HyperspectralDataset(
-            source, masks=np.ones(cube.shape[:2], np.int64), patch_size=patch_size, padding=padding, fill=-7
+            source,
+            masks=np.ones(cube.shape[:2], np.int64),
+            patch_size=patch_size,
+            padding=padding,
+            pad_value=-7,
         )
         assert len(dataset) == cube.shape[0] * cube.shape[1]
         for index in range(len(dataset)):

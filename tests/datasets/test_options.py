@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from conftest import write_jpeg
-from torchloom import FolderDataset, ManifestDataset
-from torchloom.datasets import HyperspectralDataset, VideoClipDataset, VolumeDataset
+from torchloom import DecodedCache, FolderDataset, ManifestDataset, MixedDataset, TableDataset
+from torchloom.datasets import HyperspectralDataset, VideoClipDataset, VolumeDataset, WindowDataset
 from torchloom.errors import ConfigError, UsageError
+from torchloom.fusion import JoinedDataset, TimeSync
 from torchloom.io.cube import ArrayCube
 
 MISSING = "/nonexistent/torchloom-options"
@@ -82,8 +84,43 @@ def test_an_unknown_keyword_is_a_type_error_naming_it() -> None:
     with pytest.raises(UsageError, match=r"'on_eror'; did you mean on_error=\?"):
         FolderDataset(MISSING, on_eror="skip")  # type: ignore[call-arg]
     # A dataset of cubes indexes no files: the indexing options are not among its keywords.
-    with pytest.raises(UsageError, match="'validate'; its options are"):
+    with pytest.raises(UsageError, match=r"'validate': it takes the sample options .* but not the indexing"):
         HyperspectralDataset(ArrayCube(np.zeros((2, 2, 1))), validate="full")  # type: ignore[call-arg]
+
+
+def test_a_misspelt_keyword_of_the_dataset_itself_gets_its_hint() -> None:
+    with pytest.raises(UsageError, match=r"'exif_orientaton'; did you mean exif_orientation=\?"):
+        FolderDataset(MISSING, exif_orientaton=False)  # type: ignore[call-arg]
+    with pytest.raises(UsageError, match=r"'frame'; did you mean frames=\?"):
+        VideoClipDataset(MISSING, frames=2, frame=3)  # type: ignore[call-arg]
+
+
+# The datasets made from other datasets or from values in memory: nothing of theirs is decoded or can
+# fail per sample, so they take no dataset option; each refusal says where the option goes instead.
+COMPOSED: dict[str, Callable[..., object]] = {
+    "TableDataset": lambda **options: TableDataset(pa.table({"x": [1, 2]}), **options),
+    "MixedDataset": lambda **options: MixedDataset([TableDataset(pa.table({"x": [1]}))], **options),
+    "WindowDataset": lambda **options: WindowDataset(np.arange(4.0), [4], window=2, **options),
+    "JoinedDataset": lambda **options: JoinedDataset({"a": pa.table({"id": [1]})}, **options),
+    "TimeSync": lambda **options: TimeSync({"a": ([0.0], [1.0])}, reference="a", tolerance=0.1, **options),
+    "DecodedCache": lambda **options: DecodedCache(None, MISSING, **options),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSED))
+@pytest.mark.parametrize("option", ["transform", "on_error", "seed", "debug", "validate", "strict"])
+def test_a_composed_dataset_says_why_it_takes_no_dataset_option(name: str, option: str) -> None:
+    said = rf"^{name}\(\) got an unexpected keyword argument '{option}': {name} takes no {option}=: "
+    with pytest.raises(UsageError, match=said + ".*(give|set|nothing)"):
+        COMPOSED[name](**{option: None})
+
+
+def test_a_composed_dataset_hints_its_own_keywords() -> None:
+    with pytest.raises(UsageError, match=r"'colums'; did you mean columns=\?"):
+        COMPOSED["TableDataset"](colums=["x"])
+    with pytest.raises(UsageError, match=r"'strid'; did you mean stride=\?"):
+        COMPOSED["WindowDataset"](strid=2)
+    assert len(COMPOSED["TableDataset"](columns=["x"])) == 2  # what it takes still works
 
 
 def test_the_checked_options_reach_the_dataset(tmp_path: Path) -> None:

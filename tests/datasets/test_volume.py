@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from torchloom import Collate, FaultReport, SampleError, SampleKey
-from torchloom.collate import CropOrPadVolumes
+from torchloom.collation import CropOrPadVolumes
 from torchloom.datasets import Manifest
 from torchloom.datasets.volume import VolumeDataset, volume_tensor
 from torchloom.errors import (

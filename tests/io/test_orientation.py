@@ -42,7 +42,7 @@ def test_jpeg_orientation_is_read_and_applied_like_pillow(tmp_path: Path, orient
     assert upright.shape == expected_shape
     header = probe_image(data, path)
     assert (header.height, header.width) == upright.shape[:2] and header.orientation == orientation
-    np.testing.assert_array_equal(read_image(path, orient=False), stored)
+    np.testing.assert_array_equal(read_image(path, exif_orientation=False), stored)
 
 
 def test_dct_scaled_decoding_keeps_the_displayed_minimum(tmp_path: Path) -> None:

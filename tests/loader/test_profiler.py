@@ -84,10 +84,34 @@ def test_tune_refuses_settings_that_would_not_fit(monkeypatch: pytest.MonkeyPatc
     import torchloom.loader.autotune as tuning
 
     monkeypatch.setattr(tuning, "available_memory", lambda: 64 * 1024 * 1024)
-    result = tuning.tune(Sleepy(), batch_size=8, budget_s=3, max_workers=2, threads=False, progress=False)
+    result = tuning.tune(Sleepy(), batch_size=8, budget_s=3, max_workers=2, try_loader=False, progress=False)
     refused = [trial for trial in result.table if trial.status.startswith("refused")]
     assert refused and all(trial.setting["num_workers"] > 0 for trial in refused)
     assert result.best["num_workers"] == 0
+
+
+def test_tune_pins_every_trial_when_cuda_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread Loader is measured pinned, as the DataLoader trials are and as training runs it."""
+    import torchloom.loader.autotune as tuning
+
+    built: list[dict[str, Any]] = []
+
+    def spy(kind: str) -> Any:
+        def build(dataset: Any, **options: Any) -> list[Any]:
+            built.append({"kind": kind, **options})
+            return []
+
+        return build
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tuning, "Loader", spy("threads"))
+    monkeypatch.setattr(tuning, "DataLoader", spy("dataloader"))
+    result = tuning.tune(Sleepy(), batch_size=8, budget_s=3, max_workers=1, progress=False)
+    threads = [trial for trial in result.table if trial.setting.get("loader") == "threads"]
+    assert threads and all(trial.setting["pin_memory"] for trial in result.table)
+    assert all(trial.name.endswith("pin_memory=True)") for trial in threads)
+    assert {options["kind"] for options in built} == {"threads", "dataloader"}
+    assert all(options["pin_memory"] for options in built)
 
 
 def test_bench_command_prints_plots_and_speaks_json(class_folders: tuple[Path, Any], tmp_path: Path) -> None:

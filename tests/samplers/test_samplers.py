@@ -18,17 +18,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from distributed import run_ranks
 from subjects import LABELS, SAMPLERS, KeyEcho
-from torchloom import (
-    BalancedSampler,
-    MixedDataset,
-    MixtureSampler,
-    SampleKey,
-    WeightedSampler,
-    WindowDataset,
-    WindowSampler,
-)
-from torchloom.datasets import TableDataset
-from torchloom.samplers import BatchKeySampler, KeySampler, batch_composition
+from torchloom import BalancedSampler, MixedDataset, MixtureSampler, SampleKey, WeightedSampler
+from torchloom.datasets import TableDataset, WindowDataset
+from torchloom.samplers import BatchKeySampler, KeySampler, WindowSampler, batch_composition
 
 
 def epoch_indices(sampler: KeySampler, epoch: int) -> list[int]:
@@ -398,7 +390,8 @@ def test_numpy_numbers_given_to_a_sampler_make_a_plain_checkpoint(tmp_path: Any)
     import io
     import json
 
-    from torchloom import BalancedSampler, WindowSampler
+    from torchloom import BalancedSampler
+    from torchloom.samplers import WindowSampler
 
     samplers = [
         BalancedSampler(np.array([0, 1, 1, 2] * 5), seed=np.int64(4), beta=np.float64(0.9), mode="effective"),

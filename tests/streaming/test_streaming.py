@@ -17,7 +17,7 @@ from distributed import run_ranks
 from subjects import write_shards
 from torchloom import StreamDataset
 from torchloom.errors import ManifestError
-from torchloom.streaming import assignment
+from torchloom.resume.distributed import assignment
 
 
 def ids(dataset: StreamDataset, num_workers: int) -> list[int]:

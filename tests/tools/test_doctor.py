@@ -145,6 +145,51 @@ def test_cli_tables_clean_data_and_usage_errors(
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
+def test_the_hints_doctor_prints_run_as_printed(
+    planted: tuple[Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Normalize and BalancedSampler lines are code a user pastes: each runs as printed."""
+    from torchloom import FolderDataset
+
+    root, _ = planted
+    assert main(["doctor", str(root), "--out", str(tmp_path / "report"), "--no-plots"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    normalize = next(line.strip() for line in lines if "import Normalize" in line)
+    namespace: dict[str, object] = {}
+    exec(normalize, namespace)
+    assert type(namespace["normalize"]).__name__ == "Normalize"
+    at = next(i for i, line in enumerate(lines) if "balance it with:" in line)
+    sampler = [lines[at].split("balance it with:", 1)[1].strip(), lines[at + 1].strip()]
+    namespace = {"dataset": FolderDataset(root / "train", on_error="skip", progress=False)}
+    exec("\n".join(sampler), namespace)
+    assert type(namespace["sampler"]).__name__ == "BalancedSampler"
+
+
+def test_json_writes_no_folder_unless_out_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(4):
+        _write(tmp_path / "data" / f"class_{i % 2}" / f"{i}.jpg", simplejpeg.encode_jpeg(_image(700 + i)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor", "data", "--json", "--no-plots"]) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["problems"]["count"] == 0 and "report written" not in printed.err
+    assert sorted(os.listdir(tmp_path)) == ["data"]
+    assert main(["doctor", "data", "--json", "--no-plots", "--out", "asked"]) == 0
+    assert (tmp_path / "asked" / "report.json").exists()
+    assert main(["doctor", "data", "--no-plots"]) == 0  # tables: written to the default folder
+    assert (tmp_path / "torchloom-doctor" / "report.json").exists()
+
+
+def test_near_duplicates_take_the_api_word(tmp_path: Path) -> None:
+    from torchloom.tools.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["doctor", "data", "--near-max-distance", "3"]).near_max_distance == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args(["doctor", "data", "--near-threshold", "3"])
+
+
 def test_diagnose_api_and_manifest_layout(tmp_path: Path) -> None:
     rows = ["image,label,split"]
     for i in range(4):

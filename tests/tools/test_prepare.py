@@ -75,7 +75,7 @@ def test_end_to_end_identical_runs_stratified_raw_untouched(raw: Path, tmp_path:
     for out in (tmp_path / "a", tmp_path / "b"):
         command = [sys.executable, "-m", "torchloom", "prepare", str(raw), "--labels", str(labels)]
         done = subprocess.run(
-            [*command, "--out", str(out), "--split", "0.8,0.1,0.1", "--seed", "3", "--json"],
+            [*command, "--out", str(out), "--fractions", "0.8,0.1,0.1", "--seed", "3", "--json"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -171,7 +171,7 @@ def test_materialize_class_folders(raw: Path, tmp_path: Path, mode: str) -> None
     before = snapshot(raw)
     out = tmp_path / "out"
     rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/,extra/", "--rule", "dent:dent/"]
-    args = [raw, *rules, "--out", out, "--materialize", mode, "--split", "0.5,0.5"]
+    args = [raw, *rules, "--out", out, "--materialize", mode, "--fractions", "0.5,0.5"]
     assert prepare(*args) == 0
     assert prepare(*args) == 0  # a rerun replaces its own split folders
     assert snapshot(raw) == before
@@ -212,7 +212,7 @@ def test_usage_errors_exit_2(raw: Path, tmp_path: Path, capsys: pytest.CaptureFi
     out = str(tmp_path / "out")
     assert prepare(raw, "--rule", "ok", "--out", out) == 2
     assert "LABEL:substr1,substr2" in capsys.readouterr().err
-    assert prepare(raw, "--rule", "ok:ok", "--out", out, "--split", "0.8,0.3") == 2
+    assert prepare(raw, "--rule", "ok:ok", "--out", out, "--fractions", "0.8,0.3") == 2
     assert "sums to 1.1" in capsys.readouterr().err
     assert prepare(tmp_path / "nowhere", "--rule", "ok:ok", "--out", out) == 2
     assert prepare(raw, "--labels", tmp_path / "none.json", "--out", out) == 2
@@ -276,7 +276,7 @@ def test_a_name_no_manifest_can_hold_is_refused_by_name(
     with open(os.path.join(os.fsencode(raw), b"cat", b"caf\xe9.jpg"), "wb") as handle:
         handle.write((raw / "cat" / "ok.jpg").read_bytes())
     out = tmp_path / "out"
-    assert prepare(raw, "--rule", "cat:cat", "--out", out, "--split", "1,0") == 1
+    assert prepare(raw, "--rule", "cat:cat", "--out", out, "--fractions", "1,0") == 1
     printed = capsys.readouterr().out
     assert "cat/caf\\xe9.jpg" in printed and "not valid UTF-8" in printed
     with open(out / "problems.csv", newline="", encoding="utf-8") as handle:

@@ -27,6 +27,7 @@ import cv2
 import numpy as np
 from tqdm.auto import tqdm
 
+from torchloom._threads import file_threads
 from torchloom.cache.fingerprint import FORMAT_VERSION, InputStats
 from torchloom.cache.integrity import checksums
 from torchloom.cache.storage import CHANNELS, INPUTS_FILE, MARKER, ImageWriter, fsync_path, write_meta
@@ -52,16 +53,18 @@ def build_cache(
     folder: str,
     source: CacheableDataset,
     *,
+    cache_path: str,
     settings: dict[str, Any],
     inputs: InputStats,
     max_side: int | None,
     num_threads: int | None,
     progress: bool,
 ) -> dict[str, Any]:
-    """Decode every sample of ``source`` into the empty ``folder``; return the cache's metadata."""
+    """Decode every sample of ``source`` into the empty ``folder`` (a staging folder renamed onto
+    ``cache_path`` once complete: progress bars name ``cache_path``); return the cache's metadata."""
     paths = source.index.paths
     count = len(paths)
-    num_threads = num_threads or os.cpu_count() or 1
+    num_threads = num_threads or file_threads()
     name = source.fault_name
     failures: dict[int, Skipped] = {}
     shapes = np.zeros((count, CHANNELS), np.int32)
@@ -86,7 +89,7 @@ def build_cache(
             failures[i] = result
 
     todo = [i for i in range(count) if i not in failures]
-    _run_parallel(todo, decode, num_threads, progress, f"decoding into {os.path.basename(folder)}")
+    _run_parallel(todo, decode, num_threads, progress, f"decoding into {os.path.basename(cache_path)}")
     files = writer.close()
     _check_some_usable(failures, count, name, "decoded")
     inputs.save(os.path.join(folder, INPUTS_FILE))
@@ -131,7 +134,7 @@ def _record(skipped: Skipped) -> dict[str, Any]:
 def _final_shape(source: CacheableDataset, path: str, max_side: int | None) -> tuple[int, int, int]:
     """The shape sample ``path`` will have in the cache, from its header alone."""
     header = probe_file(
-        path, max_pixels=source.max_pixels, orient=source.exif_orientation, inside=source.read_root
+        path, max_pixels=source.max_pixels, exif_orientation=source.exif_orientation, inside=source.read_root
     )
     return (*scaled_size(header.height, header.width, max_side), CHANNELS)
 
@@ -148,7 +151,7 @@ def _decode(
         path,
         min_size=(height, width) if max_side is not None else None,
         max_pixels=source.max_pixels,
-        orient=source.exif_orientation,
+        exif_orientation=source.exif_orientation,
     )
     shrinks = image.shape[0] >= height and image.shape[1] >= width
     if max_side is not None and image.shape[:2] != (height, width) and shrinks:

@@ -28,6 +28,7 @@ from torchloom.cache.memory import SharedCopy, format_bytes
 from torchloom.cache.opening import CacheProblem, inspect_cache, map_again
 from torchloom.cache.storage import INPUTS_FILE, META_FILE, ImageStore
 from torchloom.datasets.contract import CacheableDataset, FetchesBatches, FetchesInto, Slot
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import CacheError, ConfigError, CorruptCacheError, SampleError, UsageError, check_choice
 from torchloom.faults import Skipped
 from torchloom.timing import StageClock
@@ -113,7 +114,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             garbage-collected, or the process exits: keep it open while loaders read it.
         rebuild: rebuild a stale or damaged cache (with a warning) instead of raising.
         verify: check every byte's checksum on open instead of sampled blocks.
-        num_threads: threads that decode (default: one per CPU).
+        num_threads: threads that decode (default: one per core this process may use, at most
+            32: the rule for file work, as in :class:`~torchloom.datasets.IndexingOptions`).
         progress: show progress bars while building.
 
     Example:
@@ -130,6 +132,9 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         False
     """
 
+    @takes_no_sample_options(
+        "it applies the transform, fault policy and seed of the dataset it caches: set them there"
+    )
     def __init__(
         self,
         dataset: CacheableDataset,
@@ -212,6 +217,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
                 meta = build_cache(
                     staging,
                     self.source,
+                    cache_path=self.path,
                     settings=self._settings,
                     inputs=inputs,
                     max_side=self.max_side,

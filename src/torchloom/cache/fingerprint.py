@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from torchloom._threads import file_threads
 from torchloom.datasets.index import StringColumn
 from torchloom.io.files import lies_inside
 
@@ -65,7 +66,7 @@ class InputStats:
                     continue
                 sizes[i], mtimes[i] = result.st_size, result.st_mtime_ns
 
-        with ThreadPoolExecutor(max_workers=num_threads or min(32, 4 * (os.cpu_count() or 1))) as pool:
+        with ThreadPoolExecutor(max_workers=num_threads or file_threads()) as pool:
             list(pool.map(stat_range, range(0, count, STAT_CHUNK)))
         return cls(absolute, sizes, mtimes)
 

@@ -173,7 +173,9 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBa
                 began = time.perf_counter()
             plan, orientation = None, None
             if transform is not None:
-                header = probe_image(data, path, max_pixels=self.max_pixels, orient=self.exif_orientation)
+                header = probe_image(
+                    data, path, max_pixels=self.max_pixels, exif_orientation=self.exif_orientation
+                )
                 plan = plan_transform(transform, header.height, header.width, rng)
                 orientation = header.orientation
             decoded = decode_image(
@@ -181,7 +183,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBa
                 path,
                 min_size=plan.min_size if plan is not None else None,
                 max_pixels=self.max_pixels,
-                orient=self.exif_orientation,
+                exif_orientation=self.exif_orientation,
                 scratch=self._scratch,
                 orientation=orientation,
             )

@@ -73,7 +73,7 @@ class FolderDataset(IndexedDataset):
         exif_orientation: bool = True,
         **options: Unpack[IndexingOptions],
     ) -> None:
-        sample, indexing = indexing_settings(options, what="FolderDataset")
+        sample, indexing = indexing_settings(options, what=type(self))
         self.root = os.fspath(root)
         require_folder(self.root, "FolderDataset root ")
         found = find_samples(

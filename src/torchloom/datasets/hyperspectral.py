@@ -107,9 +107,10 @@ class HyperspectralDataset(IndexedDataset):
             name of a dataset in each HDF5 file: each labelled pixel is a sample, the patch of
             ``patch_size`` × ``patch_size`` around it, its label the mask's value there.
         patch_size: the patch side (odd), needed with ``masks``.
-        padding: how patches are completed past the cube's border: ``"reflect"`` (numpy's
-            ``reflect``: mirrored without repeating the edge) or ``"constant"`` (``fill``).
-        fill: the value of ``"constant"`` padding.
+        padding: how patches are completed past the cube's border: ``"reflect"`` (the default:
+            numpy's ``reflect``, mirrored without repeating the edge) or ``"constant"``
+            (``pad_value``).
+        pad_value: the value of ``"constant"`` padding.
         ignore_label: mask value of unlabelled pixels (never samples); ``None`` keeps every pixel.
         splits: per-pixel split ids, one array per cube (see
             :func:`torchloom.datasets.spatial_split.spatial_block_split`); ``-1`` is no split.
@@ -143,7 +144,7 @@ class HyperspectralDataset(IndexedDataset):
         masks: np.ndarray | Sequence[np.ndarray] | str | None = None,
         patch_size: int | None = None,
         padding: Padding = "reflect",
-        fill: float = 0,
+        pad_value: float = 0,
         ignore_label: int | None = 0,
         splits: np.ndarray | Sequence[np.ndarray] | None = None,
         split: int | None = None,
@@ -153,13 +154,13 @@ class HyperspectralDataset(IndexedDataset):
         dtype: str | np.dtype | None = None,
         **options: Unpack[SampleOptions],
     ) -> None:
-        sample = sample_settings(options, what="HyperspectralDataset")
+        sample = sample_settings(options, what=type(self))
         listed = list(cubes) if isinstance(cubes, Sequence) and not isinstance(cubes, str) else [cubes]
         self.cubes: list[CubeSource] = [open_cube(cube, array=array, layout=layout) for cube in listed]
         if not self.cubes:
             raise EmptyDatasetError("HyperspectralDataset got no cubes")
         self.patch_size = self._check_settings(labels, masks, patch_size, padding, splits, split)
-        self.padding, self.fill, self.guard = padding, fill, guard
+        self.padding, self.pad_value, self.guard = padding, pad_value, guard
         self.ignore_label, self.split = ignore_label, split
         self.dtype = None if dtype is None else np.dtype(dtype)
         if masks is None or self.patch_size is None:
@@ -295,7 +296,9 @@ class HyperspectralDataset(IndexedDataset):
             image = cube.read()
         else:
             row, col = int(self.rows[index]), int(self.cols[index])
-            image = read_patch(cube, row, col, self.patch_size, padding=self.padding, fill=self.fill)
+            image = read_patch(
+                cube, row, col, self.patch_size, padding=self.padding, pad_value=self.pad_value
+            )
         if self.dtype is not None:
             image = image.astype(self.dtype, copy=False)
         if clock is not None:
@@ -321,7 +324,7 @@ class HyperspectralDataset(IndexedDataset):
 
 
 def read_patch(
-    cube: CubeSource, row: int, col: int, size: int, *, padding: Padding = "reflect", fill: float = 0
+    cube: CubeSource, row: int, col: int, size: int, *, padding: Padding = "reflect", pad_value: float = 0
 ) -> np.ndarray:
     """The ``size`` × ``size`` HWC patch centred on ``(row, col)``, padded past the cube's border.
 
@@ -348,5 +351,5 @@ def read_patch(
     if not any(before or after for before, after in pads):
         return window
     if padding == "constant":
-        return np.pad(window, pads, mode="constant", constant_values=fill)
+        return np.pad(window, pads, mode="constant", constant_values=pad_value)
     return np.pad(window, pads, mode="reflect")

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from torchloom._threads import file_threads
 from torchloom.errors import ConfigError, SampleIndexError, ValidationFailedError
 from torchloom.io.file_errors import failure_reason
 from torchloom.io.files import read_range
@@ -247,7 +248,7 @@ def validate_files(
     reasons = np.full(count, None, dtype=object)
     if count == 0:
         return reasons
-    num_threads = num_threads or min(32, 4 * (os.cpu_count() or 1))
+    num_threads = num_threads or file_threads()
     starts = range(0, count, VALIDATION_CHUNK)
 
     def run_chunk(start: int) -> tuple[int, list[str | None]]:

@@ -80,7 +80,7 @@ class ManifestDataset(IndexedDataset):
         exif_orientation: bool = True,
         **options: Unpack[IndexingOptions],
     ) -> None:
-        sample, indexing = indexing_settings(options, what="ManifestDataset")
+        sample, indexing = indexing_settings(options, what=type(self))
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
         table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields))

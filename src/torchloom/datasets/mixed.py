@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import ConfigError, SampleIndexError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
@@ -26,6 +27,7 @@ class MixedDataset(Dataset[Any]):
         (3, {'x': 9, 'source': 1}, [2, 1])
     """
 
+    @takes_no_sample_options("its samples are its datasets' samples: give the options to each of them")
     def __init__(self, datasets: Sequence[Dataset[Any]]) -> None:
         if not datasets:
             raise ConfigError("MixedDataset needs at least one dataset")

@@ -1,33 +1,58 @@
 """The options datasets share, declared and checked once.
 
-Every map-style dataset takes the :class:`SampleOptions` (what happens to each sample); those that
-index files at construction also take the :class:`IndexingOptions` (how the files are checked).
-Constructors take them as keywords, ``FolderDataset(root, transform=t, on_error="skip")``, typed
-``**options: Unpack[IndexingOptions]`` so that a type checker knows every name and type, and keep
-as their own arguments only what is theirs (a clip's frames, a manifest's fields). The checks run
-here, before any file is read: a bad value is a :class:`~torchloom.errors.ConfigError` with the same
-text for every dataset, a keyword no option has is a :class:`~torchloom.errors.UsageError` (a
-``TypeError``) naming it.
+Which datasets take which:
+
+- the datasets that decode each sample from files take the :class:`SampleOptions` (what happens to
+  each sample: ``transform``, ``on_error``, ``seed``, ``debug``): ``FolderDataset``,
+  ``ManifestDataset``, ``VideoClipDataset``, ``VolumeDataset``, ``HyperspectralDataset``;
+- those of them that index files found in a folder or named by a manifest also take the
+  :class:`IndexingOptions` (how the files are checked at construction: ``validate``, ``strict``,
+  ``allow_outside_root``, ``num_threads``, ``progress``): all but ``HyperspectralDataset``, which
+  opens each cube it is given (a cube that cannot be opened raises, naming it);
+- the datasets made from other datasets or from values in memory take neither
+  (:func:`takes_no_sample_options`): ``TableDataset``, ``MixedDataset``, ``WindowDataset``,
+  ``JoinedDataset``, ``TimeSync``, ``DecodedCache``. Their samples come from their sources, whose
+  options apply (``DecodedCache`` applies its dataset's transform, policy and seed); nothing of
+  theirs is decoded or can fail per sample.
+
+Constructors take the options as keywords, ``FolderDataset(root, transform=t, on_error="skip")``,
+typed ``**options: Unpack[IndexingOptions]`` so that a type checker knows every name and type, and
+keep as their own arguments only what is theirs (a clip's frames, a manifest's fields). The checks
+run here, before any file is read: a bad value is a :class:`~torchloom.errors.ConfigError` with the
+same text for every dataset; a keyword the dataset does not take is a
+:class:`~torchloom.errors.UsageError` (a ``TypeError``) naming it, with the closest keyword it does
+take, or saying why it takes none of that kind.
 
 Example:
-    >>> sample, indexing = indexing_settings({"on_error": "skip", "num_threads": 4}, what="FolderDataset")
-    >>> sample.policy.on_error, sample.seed, indexing.validate, indexing.num_threads
-    ('skip', 0, 'header', 4)
-    >>> sample_settings({"on_eror": "skip"}, what="Cubes")
-    Traceback (most recent call last):
-    ...
-    torchloom.errors.UsageError: Cubes() got an unexpected keyword argument 'on_eror'; did you mean on_error=?
+    >>> import pyarrow as pa
+    >>> from torchloom import FolderDataset, TableDataset
+    >>> try:
+    ...     FolderDataset("photos", on_eror="skip")  # checked before the folder is looked at
+    ... except TypeError as error:
+    ...     print(type(error).__name__, error)
+    UsageError FolderDataset() got an unexpected keyword argument 'on_eror'; did you mean on_error=?
+    >>> try:
+    ...     TableDataset(pa.table({"x": [1]}), seed=3)
+    ... except TypeError as error:
+    ...     print(*str(error).split(": "), sep="\\n")
+    TableDataset() got an unexpected keyword argument 'seed'
+    TableDataset takes no seed=
+    its rows are read whole at construction
+    nothing is decoded or can fail per row (wrap it in a Dataset of your own to transform rows)
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import numpy as np
+from typing_extensions import ParamSpec
 
 from torchloom.datasets.index import VALIDATE_CHOICES, Validate
 from torchloom.errors import ConfigError, UsageError, check_choice
@@ -36,7 +61,9 @@ from torchloom.transforms.base import Transform, check_transform
 
 
 class SampleOptions(TypedDict, total=False):
-    """What every map-style dataset does with each sample: keywords of every dataset constructor.
+    """What a dataset that decodes samples from files does with each: keywords of its constructor
+    (``FolderDataset``, ``ManifestDataset``, ``VideoClipDataset``, ``VolumeDataset``,
+    ``HyperspectralDataset``).
 
     Attributes:
         transform: ``transform(data, rng)`` on what the dataset decodes (an HWC ``uint8`` image, a
@@ -60,7 +87,9 @@ class SampleOptions(TypedDict, total=False):
 
 class IndexingOptions(SampleOptions, total=False):
     """How a dataset that indexes files checks them at construction, beside the
-    :class:`SampleOptions`: keywords of every dataset built from files.
+    :class:`SampleOptions`: keywords of every dataset that indexes files found in a folder or
+    named by a manifest (``FolderDataset``, ``ManifestDataset``, ``VideoClipDataset``,
+    ``VolumeDataset``).
 
     Attributes:
         validate: how each file is checked: ``"none"``, ``"exists"``, ``"header"`` (default: the
@@ -71,7 +100,9 @@ class IndexingOptions(SampleOptions, total=False):
             file instead of leaving them out (default ``False``).
         allow_outside_root: accept paths and symlinks that lead outside the dataset's root
             (default ``False``: refused at construction and again at every read).
-        num_threads: threads that check the files (default ``None``: four per CPU, at most 32).
+        num_threads: threads that check the files (default ``None``: one per core this process
+            may use, at most 32; the same rule for all file work: validation, the decoded cache,
+            ``doctor``, ``prepare``. The :class:`~torchloom.Loader` caps its batch threads at 8).
         progress: show a progress bar while they run (default ``True``).
     """
 
@@ -110,19 +141,27 @@ class IndexingSettings:
 
 _SAMPLE_NAMES = tuple(SampleOptions.__annotations__)
 _INDEXING_NAMES = tuple(IndexingOptions.__annotations__)
+# Why HyperspectralDataset takes the sample options only.
+_OPENS_ITS_CUBES = (
+    "it takes the sample options ({sample}) but not the indexing ones: it opens each cube it is "
+    "given (one that cannot be opened raises, naming it) and lists or validates no folder"
+)
+
+P = ParamSpec("P")
 
 
-def sample_settings(options: Mapping[str, Any], *, what: str) -> SampleSettings:
-    """The checked :class:`SampleOptions` of the dataset ``what`` (its class name, for messages)."""
-    _refuse_unknown(options, _SAMPLE_NAMES, what)
+def sample_settings(options: Mapping[str, Any], *, what: type) -> SampleSettings:
+    """The checked :class:`SampleOptions` of a dataset of class ``what`` (its constructor's other
+    keywords are the hints of an unexpected one)."""
+    _refuse_unknown(options, _SAMPLE_NAMES, what, reason=_OPENS_ITS_CUBES)
     return _sample(options)
 
 
 def indexing_settings(
-    options: Mapping[str, Any], *, what: str, validate: Sequence[str] = VALIDATE_CHOICES
+    options: Mapping[str, Any], *, what: type, validate: Sequence[str] = VALIDATE_CHOICES
 ) -> tuple[SampleSettings, IndexingSettings]:
-    """The checked :class:`SampleOptions` and :class:`IndexingOptions` of the dataset ``what``;
-    ``validate``: the validation modes it offers."""
+    """The checked :class:`SampleOptions` and :class:`IndexingOptions` of a dataset of class
+    ``what``; ``validate``: the validation modes it offers."""
     _refuse_unknown(options, _INDEXING_NAMES, what)
     sample = _sample(options)
     mode = options.get("validate", IndexingSettings.validate)
@@ -140,6 +179,65 @@ def indexing_settings(
     return sample, indexing
 
 
+def takes_no_sample_options(why: str) -> Callable[[Callable[P, None]], Callable[P, None]]:
+    """Decorate the ``__init__`` of a dataset made from other datasets or from values in memory:
+    a keyword it does not take is a :class:`~torchloom.errors.UsageError` (not Python's bare
+    ``TypeError``), with the closest keyword it takes, or, for a dataset option, ``why`` it does
+    not take it (where it goes instead).
+
+    Example:
+        >>> class Pairs:
+        ...     @takes_no_sample_options("its pairs are in memory")
+        ...     def __init__(self, pairs: list, *, swap: bool = False) -> None:
+        ...         self.pairs = pairs
+        >>> Pairs([], swop=True)
+        Traceback (most recent call last):
+        ...
+        torchloom.errors.UsageError: Pairs() got an unexpected keyword argument 'swop'; did you mean swap=?
+    """
+
+    def decorate(init: Callable[P, None]) -> Callable[P, None]:
+        own = _keyword_names(init)
+
+        @functools.wraps(init)
+        def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+            for given in kwargs:
+                if given not in own:
+                    what = type(args[0]).__name__
+                    raise _unexpected(what, given, own, f"{what} takes no {given}=: {why}")
+            init(*args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+def _refuse_unknown(options: Mapping[str, Any], names: Sequence[str], what: type, reason: str = "") -> None:
+    accepted = [*_keyword_names(what), *names]
+    for given in options:
+        if given not in names:
+            sample = ", ".join(f"{name}=" for name in _SAMPLE_NAMES)
+            raise _unexpected(what.__name__, given, accepted, reason.format(sample=sample))
+
+
+def _unexpected(what: str, given: str, accepted: Sequence[str], reason: str) -> UsageError:
+    """The error for keyword ``given``: ``reason`` when it is a dataset option the dataset does not
+    take, else the closest keyword it takes (or them all)."""
+    if reason and given in _INDEXING_NAMES:
+        return UsageError(f"{what}() got an unexpected keyword argument {given!r}: {reason}")
+    close = difflib.get_close_matches(given, accepted, n=1)
+    hint = f"did you mean {close[0]}=?" if close else f"it takes {sorted(accepted)}"
+    return UsageError(f"{what}() got an unexpected keyword argument {given!r}; {hint}")
+
+
+def _keyword_names(function: Callable[..., Any]) -> list[str]:
+    """The parameters of ``function`` (or of a class's constructor) that may be given by keyword
+    (``self`` and ``**`` left out)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = inspect.signature(function).parameters.values()
+    return [each.name for each in parameters if each.kind in kinds and each.name != "self"]
+
+
 def _sample(options: Mapping[str, Any]) -> SampleSettings:
     transform = options.get("transform")
     check_transform(transform)
@@ -152,14 +250,6 @@ def _sample(options: Mapping[str, Any]) -> SampleSettings:
         seed=int(seed),
         debug=_flag(options, "debug", False),
     )
-
-
-def _refuse_unknown(options: Mapping[str, Any], names: Sequence[str], what: str) -> None:
-    for given in options:
-        if given not in names:
-            close = difflib.get_close_matches(given, names, n=1)
-            hint = f"; did you mean {close[0]}=?" if close else f"; its options are {sorted(names)}"
-            raise UsageError(f"{what}() got an unexpected keyword argument {given!r}{hint}")
 
 
 def _flag(options: Mapping[str, Any], name: str, default: bool) -> bool:

@@ -239,7 +239,7 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
         **options: Unpack[IndexingOptions],
     ) -> None:
         what = type(self).__name__
-        sample, indexing = indexing_settings(options, what=what, validate=PROBE_VALIDATE)
+        sample, indexing = indexing_settings(options, what=type(self), validate=PROBE_VALIDATE)
         #: ``"header"``: each file's header is probed; ``"full"``: each file is read whole too.
         self.validate = indexing.validate
         self.report = DatasetReport()

@@ -21,6 +21,7 @@ import pyarrow as pa
 from torch.utils.data import Dataset
 
 from torchloom.datasets.index import StringColumn
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import FieldNotFoundError, SampleIndexError
 from torchloom.io.table import as_id_array, read_table
 
@@ -66,6 +67,10 @@ class TableDataset(Dataset[dict[str, Any]]):
     integers when every value is a canonical integer.
     """
 
+    @takes_no_sample_options(
+        "its rows are read whole at construction: nothing is decoded or can fail per row (wrap it in a "
+        "Dataset of your own to transform rows)"
+    )
     def __init__(
         self,
         table: pa.Table | str | os.PathLike[str],

@@ -42,7 +42,7 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
     the transform receives the read-only memmap, so a crop reads only its region; compressed
     members are read whole. Samples are ``{"volume": tensor (C?, D, H, W) in the file's dtype,
     "label": int (when labels are known), "index", "path"}``. Batch volumes of different sizes
-    with :class:`torchloom.collate.CropOrPadVolumes`.
+    with :class:`torchloom.collation.CropOrPadVolumes`.
 
     Args:
         source: a folder, a manifest file, a :class:`~torchloom.datasets.Manifest` or a list of

@@ -2,7 +2,7 @@
 
 The dataset assembles a window (not the collate function, which would bypass the sampler and the
 workers). :class:`WindowIndex` maps a window number to its sequence and first step; the
-:class:`torchloom.WindowSampler` draws window numbers from the same index.
+:class:`torchloom.samplers.WindowSampler` draws window numbers from the same index.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torchloom.collate import collate
+from torchloom.collation import collate
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import ConfigError, SampleIndexError, UsageError
 from torchloom.faults import Skipped
 from torchloom.seeding import SampleKey
@@ -74,6 +75,7 @@ class WindowDataset(Dataset["dict[str, Any] | Skipped"]):
         ([4.0, 5.0, 6.0], 1)
     """
 
+    @takes_no_sample_options("its windows are made of steps: give the options to the dataset of steps")
     def __init__(
         self,
         steps: Dataset[Any] | np.ndarray | torch.Tensor,

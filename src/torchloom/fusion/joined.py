@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import Dataset
 
 from torchloom.datasets.index import StringColumn
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.datasets.table import TableDataset
 from torchloom.errors import ConfigError, JoinError, SampleIndexError, UsageError, check_choice
 from torchloom.faults import Skipped
@@ -88,6 +89,7 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
     ``"skip"`` fault policy skips the joined sample.
     """
 
+    @takes_no_sample_options("its samples join its sources' samples: give the options to each source")
     def __init__(
         self,
         sources: Mapping[str, Source],

@@ -1,6 +1,14 @@
 """Readers, one format each, over one file layer (:mod:`torchloom.io.files`)."""
 
-from torchloom.errors import HeaderError
+from torchloom._buffers.pool import ScratchArrays
+from torchloom.errors import (
+    DecodeError,
+    HeaderError,
+    MissingFileError,
+    UnreadableFileError,
+    UnsafeFileError,
+    UnsupportedURLError,
+)
 from torchloom.io.cube import ArrayCube, CubeSource
 from torchloom.io.envi import EnviCube, open_envi, read_header, write_envi
 from torchloom.io.envi_header import EnviHeader
@@ -16,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_PIXELS",
     "ArrayCube",
     "CubeSource",
+    "DecodeError",
     "EnviCube",
     "EnviHeader",
     "FileBackend",
@@ -24,6 +33,11 @@ __all__ = [
     "HeaderError",
     "ImageHeader",
     "LocalFiles",
+    "MissingFileError",
+    "ScratchArrays",
+    "UnreadableFileError",
+    "UnsafeFileError",
+    "UnsupportedURLError",
     "VideoClip",
     "VideoHeader",
     "VolumeHeader",

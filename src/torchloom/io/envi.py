@@ -264,7 +264,7 @@ def _header_candidates(data_path: str) -> list[str]:
 
 def write_envi(
     path: str | os.PathLike[str],
-    array: np.ndarray,
+    values: np.ndarray,
     *,
     interleave: str = "bsq",
     byte_order: int | None = None,
@@ -273,9 +273,10 @@ def write_envi(
     wavelength_units: str = "Nanometers",
     band_names: Sequence[str] | None = None,
 ) -> str:
-    """Write an HWC ``array`` as an ENVI data file at ``path`` plus ``<stem>.hdr``; return ``path``.
+    """Write the HWC array ``values`` as an ENVI data file at ``path`` plus ``<stem>.hdr``; return
+    ``path``.
 
-    ``byte_order`` is 0 (little-endian) or 1 (big-endian); by default the array's own. The header
+    ``byte_order`` is 0 (little-endian) or 1 (big-endian); by default that of ``values``. The header
     goes beside the data as ``path`` without its extension plus ``.hdr``.
 
     Example:
@@ -285,25 +286,25 @@ def write_envi(
         ['w.dat', 'w.hdr']
     """
     path = os.fspath(path)
-    if array.ndim != 3 or interleave not in INTERLEAVES:
+    if values.ndim != 3 or interleave not in INTERLEAVES:
         raise ConfigError(
-            f"write_envi needs an HWC array and one of {INTERLEAVES}, got {array.shape}, {interleave!r}"
+            f"write_envi needs HWC values and one of {INTERLEAVES}, got {values.shape}, {interleave!r}"
         )
     codes = {np.dtype(kind): code for code, kind in ENVI_DTYPES.items()}
-    code = codes.get(native(array.dtype))
+    code = codes.get(native(values.dtype))
     if code is None:
-        raise ConfigError(f"ENVI stores none of dtype {array.dtype}; use one of {sorted(map(str, codes))}")
+        raise ConfigError(f"ENVI stores none of dtype {values.dtype}; use one of {sorted(map(str, codes))}")
     if byte_order is None:
         byte_order = (
-            1 if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and _big_endian()) else 0
+            1 if values.dtype.byteorder == ">" or (values.dtype.byteorder == "=" and _big_endian()) else 0
         )
-    stored = array.astype(array.dtype.newbyteorder("<" if byte_order == 0 else ">"), copy=False)
+    stored = values.astype(values.dtype.newbyteorder("<" if byte_order == 0 else ">"), copy=False)
     stored = {"bsq": stored.transpose(2, 0, 1), "bil": stored.transpose(0, 2, 1), "bip": stored}[interleave]
     lines = [
         "ENVI",
-        f"samples = {array.shape[1]}",
-        f"lines = {array.shape[0]}",
-        f"bands = {array.shape[2]}",
+        f"samples = {values.shape[1]}",
+        f"lines = {values.shape[0]}",
+        f"bands = {values.shape[2]}",
         f"header offset = {header_offset}",
         "file type = ENVI Standard",
         f"data type = {code}",

@@ -106,8 +106,8 @@ def hdf5_dataset(handle: Any, path: str, name: str) -> Any:
     return found
 
 
-def read_hdf5_array(path: str | os.PathLike[str], name: str) -> np.ndarray:
-    """Read a whole (small) dataset, e.g. a label mask, into memory.
+def read_hdf5_array(path: str | os.PathLike[str], array: str) -> np.ndarray:
+    """Read the whole (small) dataset named ``array`` in the file, e.g. a label mask, into memory.
 
     Example:
         >>> import h5py, numpy as np, os, tempfile
@@ -119,12 +119,12 @@ def read_hdf5_array(path: str | os.PathLike[str], name: str) -> np.ndarray:
     """
     path = os.fspath(path)
     with open_hdf5(path) as handle:
-        dataset = hdf5_dataset(handle, path, name)
+        dataset = hdf5_dataset(handle, path, array)
         try:
             return np.asarray(dataset[()])
         except OSError as exc:
             raise DecodeError(
-                path, f"cannot read dataset {name!r}: truncated or corrupt? (h5py: {exc})"
+                path, f"cannot read dataset {array!r}: truncated or corrupt? (h5py: {exc})"
             ) from exc
 
 

@@ -4,9 +4,9 @@ JPEG goes through simplejpeg (libjpeg-turbo), decoding at 1/2, 1/4 or 1/8 scale 
 ``min_size`` allows it; PNG, BMP, TIFF, WebP and GIF go through Pillow. Grayscale, palette,
 CMYK, 16-bit and alpha images are converted the same way whatever their format: alpha is
 dropped, 16-bit values keep their high byte, grayscale is repeated over three channels.
-EXIF orientation is applied (``orient=True``, the default), so an image reads as any viewer shows
-it; headers report the displayed size, so crop planning and DCT-scaled decoding agree with it.
-``orient=False`` returns the stored pixel order.
+EXIF orientation is applied (``exif_orientation=True``, the default), so an image reads as any
+viewer shows it; headers report the displayed size, so crop planning and DCT-scaled decoding agree
+with it. ``exif_orientation=False`` returns the stored pixel order.
 
 Example:
     >>> import numpy as np, simplejpeg, tempfile, os
@@ -127,7 +127,11 @@ def read_image_bytes(
 
 
 def probe_image(
-    data: bytes, path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS, orient: bool = True
+    data: bytes,
+    path: str | os.PathLike[str],
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    exif_orientation: bool = True,
 ) -> ImageHeader:
     """Read an image's displayed size and format from its header and apply the pixel-count guard.
 
@@ -143,11 +147,11 @@ def probe_image(
             height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError as exc:
             raise DecodeError(path, f"invalid JPEG header ({exc})") from exc
-        orientation = jpeg_orientation(data) if orient else 1
+        orientation = jpeg_orientation(data) if exif_orientation else 1
         header = ImageHeader(*oriented_size(int(height), int(width), orientation), "JPEG", orientation)
     else:
         with _open_with_pillow(data, path) as image:
-            orientation = _pillow_orientation(image) if orient else 1
+            orientation = _pillow_orientation(image) if exif_orientation else 1
             height, width = oriented_size(image.height, image.width, orientation)
             header = ImageHeader(height, width, str(image.format), orientation)
     _check_pixels(header, path, max_pixels)
@@ -164,7 +168,7 @@ def probe_file(
     path: str | os.PathLike[str],
     *,
     max_pixels: int = DEFAULT_MAX_PIXELS,
-    orient: bool = True,
+    exif_orientation: bool = True,
     inside: str | None = None,
 ) -> ImageHeader:
     """:func:`probe_image` of a file, reading a bounded prefix: 64 KiB, then up to 4 MiB when large
@@ -179,13 +183,14 @@ def probe_file(
     """
     head = read_range(path, 0, HEADER_PROBE_BYTES, inside=inside)
     try:
-        header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
+        header = probe_image(head, path, max_pixels=max_pixels, exif_orientation=exif_orientation)
     except DecodeError:
         if len(head) < HEADER_PROBE_BYTES:
             raise  # the whole file was read: the header is bad
         head = read_range(path, 0, MAX_HEADER_BYTES, inside=inside)
-        header = probe_image(head, path, max_pixels=max_pixels, orient=orient)
-    if orient and header.format == "PNG" and header.orientation == 1 and len(head) >= HEADER_PROBE_BYTES:
+        header = probe_image(head, path, max_pixels=max_pixels, exif_orientation=exif_orientation)
+    unoriented_png = header.format == "PNG" and header.orientation == 1
+    if exif_orientation and unoriented_png and len(head) >= HEADER_PROBE_BYTES:
         # Pillow finds an eXIf chunk after the pixel data only by decoding them, which a prefix
         # cannot: walk the file's chunks for it, as decoding the whole file would find it (one
         # Pillow already found in the prefix is the file's only one).
@@ -203,11 +208,12 @@ def decode_image(
     *,
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
-    orient: bool = True,
+    exif_orientation: bool = True,
     scratch: ScratchArrays | None = None,
     orientation: int | None = None,
 ) -> np.ndarray:
-    """Decode encoded image bytes to an RGB ``uint8`` HWC array (upright, unless ``orient=False``).
+    """Decode encoded image bytes to an RGB ``uint8`` HWC array (upright, unless
+    ``exif_orientation=False``).
 
     ``min_size`` (``int`` or ``(height, width)``) lets a JPEG decode at the smallest of 1/2,
     1/4 or 1/8 scale whose height and width are still at least that large; other formats always
@@ -223,14 +229,14 @@ def decode_image(
         (20, 20, 3)
     """
     if data.startswith(JPEG_MAGIC):
-        if not orient:
+        if not exif_orientation:
             orientation = 1
         elif orientation is None:
             orientation = jpeg_orientation(data)
         if min_size is not None:  # min_size is in displayed coordinates; the decoder sees stored ones
             min_size = stored_size(*_as_pair(min_size), orientation)
         return _orient(_decode_jpeg(data, path, min_size, max_pixels, scratch), orientation)
-    return _decode_with_pillow(data, path, max_pixels, orient)
+    return _decode_with_pillow(data, path, max_pixels, exif_orientation)
 
 
 def read_image(
@@ -238,11 +244,11 @@ def read_image(
     *,
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
-    orient: bool = True,
+    exif_orientation: bool = True,
     inside: str | None = None,
 ) -> np.ndarray:
     """Read an image file into an RGB ``uint8`` HWC array, upright (EXIF orientation applied
-    unless ``orient=False``); ``inside``: a real folder the file must resolve into.
+    unless ``exif_orientation=False``); ``inside``: a real folder the file must resolve into.
 
     Raises :class:`DecodeError` naming the file for empty, truncated, corrupt, non-image and
     oversized (more than ``max_pixels``) files; ``OSError`` for files that cannot be opened.
@@ -257,7 +263,9 @@ def read_image(
         ((4, 5, 3), dtype('uint8'), 7)
     """
     data = read_image_bytes(path, max_pixels=max_pixels, inside=inside)
-    return decode_image(data, path, min_size=min_size, max_pixels=max_pixels, orient=orient)
+    return decode_image(
+        data, path, min_size=min_size, max_pixels=max_pixels, exif_orientation=exif_orientation
+    )
 
 
 def jpeg_scale_for(height: int, width: int, min_size: SizeLike | None) -> int:
@@ -308,11 +316,11 @@ def _decode_jpeg(
 
 
 def _decode_with_pillow(
-    data: bytes, path: str | os.PathLike[str], max_pixels: int, orient: bool = True
+    data: bytes, path: str | os.PathLike[str], max_pixels: int, exif_orientation: bool = True
 ) -> np.ndarray:
     with _open_with_pillow(data, path) as image:
         _check_pixels(ImageHeader(image.height, image.width, str(image.format)), path, max_pixels)
-        orientation = _pillow_orientation(image) if orient else 1
+        orientation = _pillow_orientation(image) if exif_orientation else 1
         try:
             image.load()
         except (OSError, ValueError, SyntaxError) as exc:

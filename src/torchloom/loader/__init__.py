@@ -1,7 +1,8 @@
 """Loader tools: the thread :class:`Loader` and the :class:`LoaderProfiler`."""
 
+from torchloom.errors import StateMismatchError
 from torchloom.loader.autotune import Trial, TuneResult, tune
-from torchloom.loader.loader import Loader, default_threads
+from torchloom.loader.loader import Loader
 from torchloom.loader.profiler import LoaderProfiler
 from torchloom.loader.report import ProfileReport
 from torchloom.timing import StageClock
@@ -11,8 +12,8 @@ __all__ = [
     "LoaderProfiler",
     "ProfileReport",
     "StageClock",
+    "StateMismatchError",
     "Trial",
     "TuneResult",
-    "default_threads",
     "tune",
 ]

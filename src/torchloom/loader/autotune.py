@@ -4,7 +4,8 @@ Rules of thumb ("num_workers = cores, prefetch 2, pin memory") are where the sea
 the answer. :func:`tune` measures steady-state samples/s (start-up timed apart and reported) for a
 handful of settings chosen by search rather than a full grid: worker counts doubling up to the
 cores this process may use, then the neighbours of the best, then the prefetch depth and, where
-it exists, torchloom's thread :class:`~torchloom.Loader`; ``pin_memory`` only when CUDA is there.
+it exists, torchloom's thread :class:`~torchloom.Loader`; ``pin_memory`` only when CUDA is there
+(for the DataLoader trials and the Loader's alike, so each is measured as training would run it).
 A memory estimate per worker (its private start-up growth plus the batches it holds in flight)
 refuses settings that would not fit in the memory available.
 
@@ -28,9 +29,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from torchloom.collate import collate
+from torchloom._threads import usable_cores
+from torchloom.collation import collate
 from torchloom.errors import ConfigError
-from torchloom.loader.loader import Loader, available_cores
+from torchloom.loader.loader import Loader
 from torchloom.loader.profiler import count_samples
 
 # A worker's private memory at start-up beyond its parent's (torch's own growth, measured
@@ -53,14 +55,16 @@ class Trial:
 
     @property
     def name(self) -> str:
-        if self.setting.get("loader") == "threads":
-            return f"Loader(num_threads={self.setting['num_threads']})"
-        parts = [f"num_workers={self.setting['num_workers']}"]
+        threads = self.setting.get("loader") == "threads"
+        if threads:
+            parts = [f"num_threads={self.setting['num_threads']}"]
+        else:
+            parts = [f"num_workers={self.setting['num_workers']}"]
         if self.setting.get("prefetch_factor") is not None:
             parts.append(f"prefetch_factor={self.setting['prefetch_factor']}")
         if self.setting.get("pin_memory"):
             parts.append("pin_memory=True")
-        return "DataLoader(" + ", ".join(parts) + ")"
+        return ("Loader(" if threads else "DataLoader(") + ", ".join(parts) + ")"
 
 
 @dataclass
@@ -108,7 +112,7 @@ def tune(
     sampler: Sampler[Any] | None = None,
     budget_s: float = 30.0,
     max_workers: int | None = None,
-    threads: bool = True,
+    try_loader: bool = True,
     progress: bool = True,
 ) -> TuneResult:
     """Measure loader settings for ``dataset`` and return the fastest (see the module docstring).
@@ -120,13 +124,14 @@ def tune(
         sampler: the sampler training will use (default: shuffled).
         budget_s: the time the whole search may take, start-ups included.
         max_workers: the most workers to try (default: the cores this process may use).
-        threads: also try torchloom's thread Loader.
+        try_loader: also measure torchloom's thread :class:`~torchloom.Loader` (map-style
+            datasets only).
         progress: show a progress bar.
     """
     if budget_s <= 0:
         raise ConfigError(f"budget_s must be positive, got {budget_s}")
     collate_fn = collate_fn or collate
-    cores = available_cores()
+    cores = usable_cores()
     top = max(0, min(cores, max_workers if max_workers is not None else cores))
     started = time.perf_counter()
     batch_bytes = _batch_bytes(dataset, batch_size, collate_fn)
@@ -178,12 +183,12 @@ def tune(
         for depth in (4, 8):
             measure({**best.setting, "prefetch_factor": depth}, 2)
     if (
-        threads
+        try_loader
         and hasattr(dataset, "__getitem__")
         and not isinstance(dataset, torch.utils.data.IterableDataset)
     ):
         for count in sorted({1, max(1, cores)}):
-            measure({**base, "loader": "threads", "num_threads": count}, 1)
+            measure({**base, "loader": "threads", "num_threads": count, "pin_memory": cuda}, 1)
     bar.close()
     chosen = _best(result.table)
     result.best = chosen.setting if chosen is not None else {**base, "num_workers": 0}
@@ -218,6 +223,7 @@ def _build(
             shuffle=sampler is None,
             collate_fn=collate_fn,
             num_threads=setting["num_threads"],
+            pin_memory=setting.get("pin_memory", False),
         )
     options = {key: value for key, value in setting.items() if key != "batch_size"}
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)

@@ -20,7 +20,6 @@ cancels what is pending and joins every thread when iteration stops, however it 
 from __future__ import annotations
 
 import math
-import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +30,8 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 
 from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import BatchSlots
-from torchloom.collate import collate
+from torchloom._threads import batch_threads
+from torchloom.collation import collate
 from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
 from torchloom.loader.iteration import LoaderIteration, PassPlan
@@ -40,19 +40,6 @@ from torchloom.loader.position import KEY_BATCHES, KEY_SAMPLER, SamplerPosition
 from torchloom.resume.state import Resumable, check_epoch
 from torchloom.samplers.contract import UnitSampler
 from torchloom.samplers.index import IndexSampler
-
-# Threads used when num_threads is not given: one per core, but not more than this.
-MAX_DEFAULT_THREADS = 8
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def default_threads() -> int:
-    """One thread per core this process may use, at most :data:`MAX_DEFAULT_THREADS`."""
-    return max(1, min(available_cores(), MAX_DEFAULT_THREADS))
 
 
 class Loader(Resumable):
@@ -79,7 +66,8 @@ class Loader(Resumable):
             sampler, a new iteration after a finished one starts the next epoch, as a DataLoader
             reshuffles (:meth:`set_epoch` sets the epoch explicitly).
         collate_fn: default :func:`torchloom.collate`.
-        num_threads: threads building batches (default: one per core, at most 8).
+        num_threads: threads building batches (default: one per core this process may use, at
+            most 8: they share the cores with the training step; see :mod:`torchloom._threads`).
         prefetch: batches ready ahead of the training loop, besides those being built.
         pin_memory: pin batches for faster, asynchronous copies to CUDA (ignored with a warning
             when CUDA is unavailable).
@@ -154,7 +142,7 @@ class Loader(Resumable):
                 "whole units, so the composition the sampler promises per unit holds per batch)"
             )
         self.collate_fn = collate_fn or collate
-        self.num_threads = num_threads or default_threads()
+        self.num_threads = num_threads or batch_threads()
         if self.num_threads < 1:
             raise ConfigError(f"num_threads must be >= 1, got {num_threads}")
         self.prefetch = prefetch

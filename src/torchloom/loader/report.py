@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchloom.loader.loader import available_cores
+from torchloom._threads import usable_cores
 
 #: Above this share of step time spent waiting, a loop is data-bound.
 DATA_BOUND_SHARE = 0.10
@@ -111,7 +111,7 @@ def advise(report: ProfileReport, loader: Any) -> tuple[str, str]:
         return verdict, advice
     verdict = f"data-bound: {report.wait_share:.0%} of step time waiting for data{where}"
     workers = getattr(loader, "num_workers", None)
-    cores = available_cores()
+    cores = usable_cores()
     if isinstance(workers, int) and workers < cores - 1 and top != "handoff":
         return verdict, (
             f"use more workers: {workers} of {cores} cores load data while the loop waits "

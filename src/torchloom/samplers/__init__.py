@@ -1,5 +1,6 @@
 """Samplers: balanced, weighted, mixed and windowed; distributed and resumable."""
 
+from torchloom.errors import DistributedSetupError, StateMismatchError
 from torchloom.samplers.balanced import BalancedSampler, class_probabilities
 from torchloom.samplers.base import KeySampler
 from torchloom.samplers.batches import BatchKeySampler
@@ -12,9 +13,11 @@ from torchloom.samplers.window import WindowSampler
 __all__ = [
     "BalancedSampler",
     "BatchKeySampler",
+    "DistributedSetupError",
     "IndexSampler",
     "KeySampler",
     "MixtureSampler",
+    "StateMismatchError",
     "UnitSampler",
     "WeightedSampler",
     "WindowSampler",

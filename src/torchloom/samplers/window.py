@@ -1,4 +1,5 @@
-"""WindowSampler: window numbers of a :class:`torchloom.WindowDataset`, shuffled per epoch or in order."""
+"""WindowSampler: window numbers of a :class:`torchloom.datasets.WindowDataset`, shuffled per epoch
+or in order."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Streaming datasets over sharded files."""
 
-from torchloom.streaming.dataset import StreamDataset, assignment
+from torchloom.errors import DistributedSetupError
+from torchloom.streaming.dataset import StreamDataset
 from torchloom.streaming.readers import read_csv, read_jsonl, read_parquet, reader_for
 
-__all__ = ["StreamDataset", "assignment", "read_csv", "read_jsonl", "read_parquet", "reader_for"]
+__all__ = ["DistributedSetupError", "StreamDataset", "read_csv", "read_jsonl", "read_parquet", "reader_for"]

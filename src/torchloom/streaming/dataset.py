@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 
 from torchloom.errors import ConfigError
-from torchloom.resume.distributed import Consumer, assignment
+from torchloom.resume.distributed import Consumer
 from torchloom.resume.state import fingerprint
 from torchloom.resume.streams import ConsumerStream
 from torchloom.streaming.readers import Reader, reader_for
 
-__all__ = ["StreamDataset", "assignment"]
+__all__ = ["StreamDataset"]
 
 
 class StreamDataset(ConsumerStream[Any]):

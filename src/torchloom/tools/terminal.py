@@ -3,9 +3,12 @@
 Every command prints through one :class:`Output`, so a person at a terminal gets coloured tables
 and a progress bar, and a pipe (``torchloom doctor data | grep``) gets plain aligned columns with
 no box drawing and no escape codes. Exit statuses are shared by every subcommand, and so is the one
-line a command prints when it cannot go on (:func:`fail`). File names that are not valid UTF-8
-(kept in ``str`` as surrogate escapes) are printed with :func:`printable` and written into JSON
-with :func:`json_text`, so that every file is named and no output stream refuses the text.
+line a command prints when it cannot go on, with its status (:func:`fail`): 2 when the command was
+given something it cannot use (a :class:`~torchloom.errors.ConfigError`: a bad argument, or a data
+layout the arguments do not fit, such as a split root without ``--split``), 1 otherwise. File
+names that are not valid UTF-8 (kept in ``str`` as surrogate escapes) are printed with
+:func:`printable` and written into JSON with :func:`json_text`, so that every file is named and no
+output stream refuses the text.
 
 Example:
     >>> import io
@@ -31,12 +34,15 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
+from torchloom._threads import MAX_FILE_THREADS
+from torchloom.errors import ConfigError
+
 EXIT_CLEAN = 0
 """Nothing wrong was found."""
 EXIT_PROBLEMS = 1
 """The command ran and found problems in the data (or could not read it)."""
 EXIT_USAGE = 2
-"""The command line was wrong (argparse's own status for usage errors)."""
+"""The command line was wrong, or does not fit the data (argparse's own status for usage errors)."""
 
 PROGRESS_DELAY_S = 1.0
 """A progress bar appears only once the work has taken this long."""
@@ -51,12 +57,27 @@ def positive_int(text: str) -> int:
         >>> positive_int("4")
         4
     """
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0 (a count that may be none, a seed), or a
+    usage error naming what was given.
+
+    Example:
+        >>> non_negative_int("0")
+        0
+    """
+    return _int_at_least(text, 0, "an integer >= 0")
+
+
+def _int_at_least(text: str, least: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
 
 
@@ -87,20 +108,24 @@ def json_text(document: object) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
 
 
-def fail(command: str, error: BaseException) -> int:
+def fail(command: str, error: BaseException, *, usage: bool | None = None) -> int:
     """Print the one line a command prints when it cannot go on, ``torchloom <command>: <error>``,
-    on stderr; returns :data:`EXIT_PROBLEMS`.
+    on stderr; returns the exit status: :data:`EXIT_USAGE` for a
+    :class:`~torchloom.errors.ConfigError` (or with ``usage=True``: a file named on the command
+    line that is not there), :data:`EXIT_PROBLEMS` for anything else.
 
     Example:
         >>> import contextlib, io
         >>> with contextlib.redirect_stderr(io.StringIO()) as err:
-        ...     fail("doctor", OSError("disk full"))
-        1
-        >>> err.getvalue()
-        'torchloom doctor: OSError: disk full\\n'
+        ...     fail("doctor", OSError("disk full")), fail("show", ConfigError("--n must be >= 1"))
+        (1, 2)
+        >>> err.getvalue().splitlines()
+        ['torchloom doctor: OSError: disk full', 'torchloom show: ConfigError: --n must be >= 1']
     """
     print(f"torchloom {command}: {type(error).__name__}: {printable(str(error))}", file=sys.stderr)
-    return EXIT_PROBLEMS
+    if usage is None:
+        usage = isinstance(error, ConfigError)
+    return EXIT_USAGE if usage else EXIT_PROBLEMS
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +146,24 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", default=None, help="the split folder to read when DATA is a split root (train, val, ...)"
     )
     add_outside_root_argument(parser)
+
+
+def add_threads_argument(parser: argparse.ArgumentParser, work: str) -> None:
+    """``--threads``: how many threads do the command's file work (``work``, for its help), as
+    ``num_threads=`` does; by default :func:`~torchloom._threads.file_threads`.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_threads_argument(parser, "decoding")
+        >>> parser.parse_args(["--threads", "3"]).threads, parser.parse_args([]).threads
+        (3, None)
+    """
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help=f"threads {work} (default: one per core this process may use, at most {MAX_FILE_THREADS})",
+    )
 
 
 def add_outside_root_argument(parser: argparse.ArgumentParser) -> None:

@@ -10,23 +10,26 @@ from torchloom.transforms.base import (
     plan_transform,
 )
 from torchloom.transforms.geometry import (
+    Box,
     CenterCrop,
     HorizontalFlip,
     RandomResizedCrop,
     Resize,
     TransformError,
 )
-from torchloom.transforms.pca import PCA
+from torchloom.transforms.pca import PCA, PixelSource
 from torchloom.transforms.tensor import Normalize, ToTensor, to_chw_tensor
 
 __all__ = [
     "PCA",
+    "Box",
     "CenterCrop",
     "Compose",
     "DecodePlan",
     "HorizontalFlip",
     "Lambda",
     "Normalize",
+    "PixelSource",
     "PlannedTransform",
     "RandomBands",
     "RandomResizedCrop",

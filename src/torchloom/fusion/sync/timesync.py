@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from torch.utils.data import Dataset
 
+from torchloom.datasets.options import takes_no_sample_options
 from torchloom.errors import ConfigError, SampleIndexError, UsageError, check_choice
 from torchloom.fusion.sync.clock import FLOAT, Clock, Span, check_span, kind_of_scalar, shared_clock
 from torchloom.fusion.sync.offline import OfflineAlignment
@@ -89,6 +90,10 @@ class TimeSync(Dataset[dict[str, Any]]):
         (2, 1)
     """
 
+    @takes_no_sample_options(
+        "its samples are the streams' values, aligned at construction or read once by stream(): "
+        "nothing is decoded or can fail per sample"
+    )
     def __init__(
         self,
         streams: Mapping[str, Any],

@@ -10,6 +10,9 @@ from torchloom.errors import TorchloomError
 from torchloom.tools.bench.measure import run_bench
 from torchloom.tools.terminal import add_data_arguments, fail, positive_int
 
+#: Where the plot goes unless ``--plot`` says otherwise.
+DEFAULT_PLOT = "torchloom-bench.png"
+
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``bench`` on the ``torchloom`` command's subparsers; its handler is ``run``."""
@@ -17,11 +20,17 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "bench", help="measure DataLoader/Loader settings on your data, pick the fastest"
     )
     add_data_arguments(parser)
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-    parser.add_argument("--budget", type=float, default=30.0, help="seconds the whole search may take")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=64, help="the batch size training will use (default 64)"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=30.0, help="seconds the whole search may take (default 30)"
+    )
     parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
     parser.add_argument(
-        "--plot", default="torchloom-bench.png", help="PNG of samples/s against workers ('' for none)"
+        "--plot",
+        default=DEFAULT_PLOT,
+        help=f"the PNG of samples/s against workers to write (default ./{DEFAULT_PLOT}; '' for none)",
     )
     parser.set_defaults(handler=run, parser=parser)
     return parser

@@ -21,6 +21,7 @@ from torchloom.tools.terminal import (
     EXIT_CLEAN,
     EXIT_USAGE,
     add_data_arguments,
+    add_threads_argument,
     fail,
     positive_int,
     print_left_out,
@@ -43,9 +44,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="also copy it into /dev/shm, as location='memory' does, to check it fits",
     )
-    parser.add_argument(
-        "--threads", type=positive_int, default=None, help="decoding threads (default: one per CPU)"
-    )
+    add_threads_argument(parser, "decoding the images")
     parser.set_defaults(handler=run, parser=parser)
     return parser
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from torchloom.tools.demo.data import MIN_IMAGES_PER_CLASS
 from torchloom.tools.demo.run import DEFAULT_OUT, DEMO_COUNTS, run_demo
-from torchloom.tools.terminal import EXIT_CLEAN
+from torchloom.tools.terminal import EXIT_CLEAN, non_negative_int, positive_int
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -15,10 +15,24 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         "demo", help="generate data, train a tiny CNN for one epoch, report"
     )
-    parser.add_argument("--images", type=int, default=sum(DEMO_COUNTS), help="number of images to generate")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--images",
+        type=positive_int,
+        default=sum(DEMO_COUNTS),
+        help=f"number of images to generate (default {sum(DEMO_COUNTS)})",
+    )
+    parser.add_argument(
+        "--workers", type=non_negative_int, default=2, help="DataLoader worker processes (default 2; 0: none)"
+    )
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=64, help="samples per training batch (default 64)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="seed of the generated data, the split and the training (default 0)",
+    )
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help=f"folder for the report and plots (default ./{DEFAULT_OUT})"
     )

@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from torchloom.collate import Collate, PadSequences
+from torchloom.collation import Collate, PadSequences
 from torchloom.datasets import Image, JoinKey, Label, ManifestDataset
 from torchloom.errors import ConfigError
 from torchloom.faults import FaultReport
@@ -207,7 +207,7 @@ def run_demo(
             rules=parse_rules([f"{name}:/{name}/" for name in DEMO_CLASSES[: len(counts)]]),
             fractions=(0.8, 0.2),
             seed=seed,
-            materialize_mode="link",
+            materialize="link",
             group_duplicates=True,
             progress=not quiet,
         )

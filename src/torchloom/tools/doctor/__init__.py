@@ -10,5 +10,6 @@ Example:
 """
 
 from torchloom.tools.doctor.diagnosis import DoctorReport, diagnose
+from torchloom.tools.doctor.examine import Examination
 
-__all__ = ["DoctorReport", "diagnose"]
+__all__ = ["DoctorReport", "Examination", "diagnose"]

@@ -1,5 +1,9 @@
 """``torchloom doctor DATA``: the command line of :func:`~torchloom.tools.doctor.diagnose`.
 
+The report is printed as tables and written to ``--out`` (``report.json`` and the plots; by
+default ``./torchloom-doctor``). With ``--json`` it is printed as JSON instead, and written only
+when ``--out`` is given.
+
 Exit status: 0 when no problem was found; 1 when one was (a bad or refused file, a wrong
 extension, an exact duplicate, a near duplicate across splits, an empty class, a folder beside the
 split folders, no image at all: see :mod:`torchloom.tools.doctor.report`) or DATA could not be
@@ -24,8 +28,8 @@ from torchloom.tools.terminal import (
     EXIT_PROBLEMS,
     Output,
     add_outside_root_argument,
+    add_threads_argument,
     fail,
-    positive_int,
 )
 
 #: Rows of a terminal table before the rest is summarised (the report keeps them all).
@@ -40,15 +44,17 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "data", help="a class folder, a folder of train/val/test class folders, or a manifest"
     )
-    parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
     parser.add_argument(
-        "--out", default=DEFAULT_OUT, help=f"folder for report.json and plots (default ./{DEFAULT_OUT})"
+        "--json", action="store_true", help="print the JSON report to stdout (written only with --out)"
     )
     parser.add_argument(
-        "--threads", type=positive_int, default=None, help="reading threads (default: one per CPU)"
+        "--out",
+        default=None,
+        help=f"folder for report.json and plots (default ./{DEFAULT_OUT}; none with --json)",
     )
+    add_threads_argument(parser, "reading and decoding the files")
     parser.add_argument(
-        "--near-threshold",
+        "--near-max-distance",
         type=int,
         default=NEAR_MAX_DISTANCE,
         help=f"near duplicates differ in at most this many of 64 hash bits (default {NEAR_MAX_DISTANCE})",
@@ -64,25 +70,29 @@ def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     if not os.path.exists(args.data):
         parser.error(f"DATA {args.data!r} does not exist; pass a class folder, a split root or a manifest")
-    if not 0 <= args.near_threshold < HASH_BITS:
-        parser.error(f"--near-threshold must be in 0..{HASH_BITS - 1}, got {args.near_threshold}")
+    if not 0 <= args.near_max_distance < HASH_BITS:
+        parser.error(f"--near-max-distance must be in 0..{HASH_BITS - 1}, got {args.near_max_distance}")
     try:
         report = diagnose(
             args.data,
             num_threads=args.threads,
             progress=True,
-            near_max_distance=args.near_threshold,
+            near_max_distance=args.near_max_distance,
             allow_outside_root=args.allow_outside_root,
         )
     except TorchloomError as exc:
         return fail("doctor", exc)
+    out = args.out if args.out is not None or args.json else DEFAULT_OUT
+    written: list[str] = []
     try:
-        written = report.write(args.out, plots=not args.no_plots)
+        if out is not None:
+            written = report.write(out, plots=not args.no_plots)
     except OSError as exc:  # --out cannot be written (permissions, a file in the way, disk full)
         return fail("doctor", exc)
     if args.json:
         print(report.to_json())
-        print(f"report written to {written[0]}", file=sys.stderr)
+        if written:
+            print(f"report written to {written[0]}", file=sys.stderr)
     else:
         print_report(report.document, Output.for_stream(), written)
         if not args.no_plots and not plots_available():

@@ -96,13 +96,15 @@ def diagnose(
     data: str | os.PathLike[str],
     *,
     num_threads: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
     near_max_distance: int = NEAR_MAX_DISTANCE,
     allow_outside_root: bool = False,
 ) -> DoctorReport:
     """Examine the dataset at ``data`` (a class folder, split root or manifest) and report.
 
-    ``num_threads``: threads reading files (default one per CPU). ``near_max_distance``: perceptual
+    ``num_threads``: threads reading files (default: the one rule for file work, see
+    :class:`~torchloom.datasets.IndexingOptions`). ``progress``: a progress bar while they run, shown
+    on a terminal once the work has taken a second. ``near_max_distance``: perceptual
     hashes at most this many bits apart (of 64) are near duplicates. ``allow_outside_root``: follow
     symlinks and manifest paths that lead outside ``data`` (refused, and reported, by default);
     every file read is otherwise confined to it, as a dataset's reads are.

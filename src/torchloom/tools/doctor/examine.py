@@ -37,6 +37,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from torchloom._threads import file_threads
 from torchloom.errors import DecodeError
 from torchloom.io.file_errors import failure_reason
 from torchloom.io.image import (
@@ -237,14 +238,15 @@ def examine_files(
     progress: bool = False,
     inside: str | None = None,
 ) -> Examination:
-    """Examine every file of ``paths`` once, in ``num_threads`` threads (default: one per CPU);
+    """Examine every file of ``paths`` once, in ``num_threads`` threads (default
+    :func:`~torchloom._threads.file_threads`);
     ``inside``: the real folder every file must resolve into (checked on the opened file).
 
     ``progress`` shows a bar on stderr (after a second) when stderr is a terminal.
     """
     facts = Examination.empty(paths, inside)
     count = len(paths)
-    num_threads = num_threads or os.cpu_count() or 1
+    num_threads = num_threads or file_threads()
 
     def run_chunk(start: int) -> int:
         stop = min(start + CHUNK, count)

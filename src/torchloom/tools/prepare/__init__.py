@@ -10,6 +10,14 @@ Example:
 
 from torchloom.tools.prepare.labels import Rule, parse_rules, read_label_map
 from torchloom.tools.prepare.pipeline import PrepareResult, prepare_dataset
-from torchloom.tools.prepare.split import stratified_split
+from torchloom.tools.prepare.split import SplitResult, stratified_split
 
-__all__ = ["PrepareResult", "Rule", "parse_rules", "prepare_dataset", "read_label_map", "stratified_split"]
+__all__ = [
+    "PrepareResult",
+    "Rule",
+    "SplitResult",
+    "parse_rules",
+    "prepare_dataset",
+    "read_label_map",
+    "stratified_split",
+]

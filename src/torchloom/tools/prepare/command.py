@@ -3,7 +3,7 @@
 ::
 
     torchloom prepare RAW (--labels FILE.json|FILE.csv | --rule 'LABEL:substr,...' ...) --out DIR
-        [--split 0.8,0.1,0.1] [--seed 0] [--materialize link|copy] [--group-duplicates] [--json]
+        [--fractions 0.8,0.1,0.1] [--seed 0] [--materialize link|copy] [--group-duplicates] [--json]
 
 Writes ``DIR/manifest.parquet`` and ``DIR/manifest.csv`` (see
 :mod:`torchloom.tools.prepare.pipeline` for the columns and :mod:`torchloom.tools.prepare.split` for the
@@ -13,14 +13,14 @@ split rule), ``DIR/problems.csv`` when anything was left out, and with ``--mater
 Exit status: 0 when every image was labelled and readable and every label entry matched a
 file; 1 when something was left out (unmatched, unknown, ambiguous or unreadable entries,
 duplicates with conflicting labels; the manifest of the rest is still written) or the labels
-could not be read; 2 for a usage error (missing RAW or label file, bad ``--split`` or
+could not be read; 2 for a usage error (missing RAW or label file, bad ``--fractions`` or
 ``--rule``, ``--out`` inside RAW).
 
 Example:
     >>> import argparse
     >>> parser = argparse.ArgumentParser()
     >>> args = add_parser(parser.add_subparsers()).parse_args(["raw", "--rule", "ok:good", "--out", "o"])
-    >>> args.rule, args.split, args.seed
+    >>> args.rule, args.fractions, args.seed
     (['ok:good'], '0.8,0.1,0.1', 0)
 """
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections import Counter
 from typing import Any
 
@@ -42,7 +41,7 @@ from torchloom.tools.prepare.pipeline import (
     prepare_dataset,
 )
 from torchloom.tools.prepare.split import parse_fractions
-from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, Output, positive_int
+from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output, add_threads_argument, fail
 
 #: The one problem kind whose files stay in the manifest (duplicates given different labels).
 KEPT_KIND = "duplicate label conflict"
@@ -73,7 +72,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", required=True, help="folder for the manifest (and materialized files)")
     parser.add_argument(
-        "--split", default="0.8,0.1,0.1", help="train,val[,test] fractions (default 0.8,0.1,0.1)"
+        "--fractions",
+        default="0.8,0.1,0.1",
+        help="the train,val[,test] fractions of the files (default 0.8,0.1,0.1)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the split's hash (default 0)")
     parser.add_argument(
@@ -86,9 +87,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="keep exact and near-duplicate images together in one split (no leakage)",
     )
-    parser.add_argument(
-        "--threads", type=positive_int, default=None, help="threads for hashing (default: a few)"
-    )
+    add_threads_argument(parser, "checking and hashing the files")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(handler=run)
     return parser
@@ -97,7 +96,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the command from parsed arguments; returns the exit status."""
     try:
-        fractions = parse_fractions(args.split)
+        fractions = parse_fractions(args.fractions)
         if args.seed < 0:
             raise ConfigError(f"--seed must be >= 0, got {args.seed}")
         if not os.path.isdir(args.raw):
@@ -105,12 +104,10 @@ def run(args: argparse.Namespace) -> int:
         rules = parse_rules(args.rule) if args.rule else None
         check_output_folder(args.raw, args.out, materializing=args.materialize is not None)
         entries = read_label_map(args.labels) if args.labels else None
-    except (ConfigError, MissingFileError, UnsafeFileError) as exc:
-        print(f"torchloom prepare: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (MissingFileError, UnsafeFileError) as exc:  # RAW or --labels is not a file to read
+        return fail("prepare", exc, usage=True)
     except TorchloomError as exc:
-        print(f"torchloom prepare: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+        return fail("prepare", exc)
     try:
         result = prepare_dataset(
             args.raw,
@@ -119,17 +116,13 @@ def run(args: argparse.Namespace) -> int:
             rules=rules,
             fractions=fractions,
             seed=args.seed,
-            materialize_mode=args.materialize,
+            materialize=args.materialize,
             group_duplicates=args.group_duplicates,
             num_threads=args.threads,
             progress=not args.json,
         )
-    except ConfigError as exc:
-        print(f"torchloom prepare: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except (TorchloomError, OSError) as exc:
-        print(f"torchloom prepare: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+        return fail("prepare", exc)
     status = EXIT_PROBLEMS if result.problem_count or not result.manifest.num_rows else EXIT_CLEAN
     if args.json:
         print(json.dumps(report_dict(result, args, status), indent=2))
@@ -174,7 +167,7 @@ def print_report(out: Output, result: PrepareResult, args: argparse.Namespace) -
     ]
     rows.append(["all", *counts.sum(axis=0).tolist(), int(counts.sum())])
     out.table(
-        f"files per class and split (seed {args.seed}, --split {args.split})",
+        f"files per class and split (seed {args.seed}, --fractions {args.fractions})",
         ["class", *names, "total"],
         rows,
     )

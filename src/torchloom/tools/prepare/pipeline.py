@@ -115,16 +115,20 @@ def prepare_dataset(
     rules: Sequence[Rule] | None = None,
     fractions: Sequence[float] = (0.8, 0.1, 0.1),
     seed: int = 0,
-    materialize_mode: MaterializeMode | None = None,
+    materialize: MaterializeMode | None = None,
     group_duplicates: bool = False,
     num_threads: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
 ) -> PrepareResult:
     """Label, check, split and write (see the module docstring); give ``label_entries`` (from
-    :func:`torchloom.tools.prepare.labels.read_label_map`) or ``rules``."""
+    :func:`torchloom.tools.prepare.labels.read_label_map`) or ``rules``. ``materialize``:
+    ``"link"`` or ``"copy"`` also builds the ``out/<split>/<label>/`` folders (``--materialize``).
+    ``num_threads``: threads checking and hashing the files (default: the one rule for file work,
+    see :class:`~torchloom.datasets.IndexingOptions`). ``progress``: a progress bar while they run,
+    shown on a terminal once the work has taken a second."""
     if (label_entries is None) == (rules is None):
         raise ConfigError("give exactly one of label_entries= (a label map) or rules= (filename rules)")
-    check_output_folder(raw, out, materializing=materialize_mode is not None)
+    check_output_folder(raw, out, materializing=materialize is not None)
     found = find_tree(raw)  # never follows a link out of RAW; hidden entries are left out
     inside = os.path.realpath(raw)  # and no read does either, whatever changes after the walk
     files = found.relative_paths()
@@ -146,7 +150,7 @@ def prepare_dataset(
     labels = [str(labelling.labels[i]) for i in rows]
     names = tuple(SPLIT_NAMES[: len(fractions)])
     classes = sorted(set(labels))
-    if materialize_mode is not None:
+    if materialize is not None:
         for label in classes:
             check_folder_name(label, "label")
     # Groups come sorted, ordered by their first member (see duplicate_groups).
@@ -176,7 +180,7 @@ def prepare_dataset(
     ignored = [item._replace(path=found.relative(item.path)) for item in found.excluded if not item.refused]
     prepared = PrepareResult(table, names, classes, problems, ignored, len(groups))
     if paths:
-        _write(prepared, raw, out, fractions, seed, materialize_mode, inside)
+        _write(prepared, raw, out, fractions, seed, materialize, inside)
     return prepared
 
 

@@ -17,11 +17,11 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from torchloom._threads import file_threads
 from torchloom.datasets.index import check_image_file
 from torchloom.io.file_errors import failure_reason
 from torchloom.io.files import open_file
@@ -75,6 +75,6 @@ def check_files(
         except OSError as exc:
             return FileCheck("", failure_reason(exc, path))
 
-    with ThreadPoolExecutor(max_workers=num_threads or min(8, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=num_threads or file_threads()) as pool:
         results = pool.map(check, paths)
         return list(progress(results, total=len(paths)) if progress is not None else results)

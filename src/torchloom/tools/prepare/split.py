@@ -75,16 +75,17 @@ def parse_fractions(text: str) -> tuple[float, ...]:
         fractions = tuple(float(part) for part in text.split(","))
     except ValueError:
         raise ConfigError(
-            f"--split {text!r} must be 2 or 3 comma-separated numbers, e.g. 0.8,0.1,0.1"
+            f"--fractions {text!r} must be 2 or 3 comma-separated numbers, e.g. 0.8,0.1,0.1"
         ) from None
     if not 2 <= len(fractions) <= len(SPLIT_NAMES):
         raise ConfigError(
-            f"--split {text!r} gives {len(fractions)} fraction(s); give 2 (train,val) or 3 (train,val,test)"
+            f"--fractions {text!r} gives {len(fractions)} fraction(s); "
+            "give 2 (train,val) or 3 (train,val,test)"
         )
     if any(not math.isfinite(f) or f < 0 for f in fractions) or fractions[0] <= 0:
-        raise ConfigError(f"--split {text!r}: fractions must be finite and >= 0, and train's > 0")
+        raise ConfigError(f"--fractions {text!r}: fractions must be finite and >= 0, and train's > 0")
     if abs(sum(fractions) - 1) > FRACTION_TOLERANCE:
-        raise ConfigError(f"--split {text!r} sums to {sum(fractions):g}; the fractions must sum to 1")
+        raise ConfigError(f"--fractions {text!r} sums to {sum(fractions):g}; the fractions must sum to 1")
     return fractions
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchloom.collate import AsList, Collate, PadImages
+from torchloom.collation import AsList, Collate, PadImages
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.index import DatasetReport
@@ -50,7 +50,6 @@ from torchloom.tools.show.transform_spec import ALLOWED_TRANSFORMS, parse_transf
 from torchloom.tools.terminal import (
     EXIT_CLEAN,
     EXIT_PROBLEMS,
-    EXIT_USAGE,
     add_data_arguments,
     fail,
     print_left_out,
@@ -99,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--out {args.out!r} must be a file path in an existing folder; create {folder!r} first"
             )
     except ConfigError as exc:
-        print(f"torchloom show: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("show", exc)
     try:
         dataset = open_dataset(
             args.data,
@@ -128,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         tiles = batch_tiles(good, classes, args.multiple_of) if args.batch else sample_tiles(good, classes)
         what = _batch_summary(tiles) if args.batch else f"{len(good)} samples"
         title = f"{args.data}: {what}\ntransform: {args.transform.strip() or 'none'}   seed {args.seed}"
-    except (TorchloomError, OSError) as exc:  # the data could not be read
+    except (TorchloomError, OSError) as exc:  # the data could not be read, or its layout needs --split
         return fail("show", exc)
     try:
         rows, columns = draw_grid(tiles, args.out, title=title)

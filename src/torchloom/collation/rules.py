@@ -28,8 +28,8 @@ from torch.nn import functional
 
 from torchloom._buffers.slots import empty_batch
 from torchloom._buffers.worker import WorkerBatchPool, ship
-from torchloom.collate.auto import collate_values, split_skipped
-from torchloom.errors import CollateError, ConfigError, UsageError
+from torchloom.collation.auto import collate_values, split_skipped
+from torchloom.errors import CollateError, ConfigError, UsageError, check_choice
 from torchloom.faults import SKIPPED_KEY
 from torchloom.seeding import rng_for_key
 
@@ -208,12 +208,14 @@ class CropOrPadVolumes:
     ``rng_for_key(seed, sample["index"])``: with torchloom datasets and a
     :class:`torchloom.SampleKey` sampler it is reproducible and differs between epochs; a plain
     integer index falls back to torch's generator. ``random=False`` crops the centre. Padding
-    is centred, with ``pad_value`` (``mode="constant"``) or mirrored (``mode="reflect"``).
+    is centred: ``padding="constant"`` (the default) fills with ``pad_value``, ``"reflect"``
+    mirrors the volume (numpy's ``reflect``, as :class:`~torchloom.datasets.HyperspectralDataset`
+    pads patches).
     Emits ``<field>`` ``(B, ..., *size)`` and ``<field>_mask`` ``(B, *size)`` (True on real voxels).
     """
 
     size: tuple[int, ...]
-    mode: Literal["constant", "reflect"] = "constant"
+    padding: Literal["constant", "reflect"] = "constant"
     random: bool = True
     pad_value: float = 0
     seed: int = 0
@@ -221,8 +223,7 @@ class CropOrPadVolumes:
     def __post_init__(self) -> None:
         if not self.size or any(int(s) <= 0 for s in self.size):
             raise ConfigError(f"size must be positive lengths, got {self.size!r}")
-        if self.mode not in ("constant", "reflect"):
-            raise ConfigError(f"Invalid mode={self.mode!r}; use 'constant' or 'reflect'")
+        check_choice("padding", self.padding, ("constant", "reflect"))
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]:
         axes = len(self.size)
@@ -235,7 +236,7 @@ class CropOrPadVolumes:
                 )
         _same(field, "leading shape", [tuple(v.shape[: v.ndim - axes]) for v in volumes])
         _same(field, "dtype", [v.dtype for v in volumes])
-        if self.mode == "constant":
+        if self.padding == "constant":
             _check_pad_value(field, self.pad_value, volumes[0].dtype)
         shaped, masks = [], []
         for position, (volume, sample) in enumerate(zip(volumes, samples, strict=True)):
@@ -281,7 +282,7 @@ class CropOrPadVolumes:
         cropped = volume[tuple(crop)]
         if any(p != (0, 0) for p in pads):
             array = cropped.numpy()
-            if self.mode == "reflect":
+            if self.padding == "reflect":
                 padded = np.pad(array, pads, mode="reflect")
             else:
                 padded = np.pad(array, pads, mode="constant", constant_values=self.pad_value)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
-from torchloom import AsList, Collate, PadImages, PadSequences, SampleKey, Skipped, Stack, collate
-from torchloom.collate import CropOrPadVolumes
+from torchloom import Collate, PadImages, PadSequences, SampleKey, Skipped, collate
+from torchloom.collation import AsList, CropOrPadVolumes, Stack
 from torchloom.errors import CollateError
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -163,7 +163,7 @@ def test_crop_or_pad_volumes_is_seeded_by_sample_key() -> None:
 
 def test_crop_or_pad_reflect_and_centre() -> None:
     volume = torch.arange(3, dtype=torch.float32).reshape(1, 1, 3)
-    rule = CropOrPadVolumes((1, 1, 7), mode="reflect", random=False)
+    rule = CropOrPadVolumes((1, 1, 7), padding="reflect", random=False)
     out = Collate({"v": rule})([{"v": volume}])["v"][0, 0, 0]
     assert out.tolist() == [2.0, 1.0, 0.0, 1.0, 2.0, 1.0, 0.0]
     centre = CropOrPadVolumes((2,), random=False)
