@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -213,19 +214,17 @@ class HyperspectralDataset(IndexedDataset):
         checked = []
         for cube, array in zip(self.cubes, listed, strict=True):
             array = np.asarray(array)
-            if array.shape != cube.shape[:2] or not (
-                np.issubdtype(array.dtype, np.integer) or array.dtype == bool
-            ):
-                raise ConfigError(
-                    f"{name}= for cube {cube.path!r} must be an integer array of shape {cube.shape[:2]}, "
-                    f"got {array.dtype} {array.shape}"
-                )
+            check_pixel_map(cube, name, array.shape, array.dtype)
             checked.append(array)
         return checked
 
     def _masks(self, masks: np.ndarray | Sequence[np.ndarray] | str) -> list[np.ndarray]:
         if isinstance(masks, str):
-            masks = [read_hdf5_array(cube.path, masks) for cube in self.cubes]
+            # Checked before it is read: a small file may declare a mask of billions of pixels.
+            masks = [
+                read_hdf5_array(cube.path, masks, check=partial(check_pixel_map, cube, "masks"))
+                for cube in self.cubes
+            ]
         return self._per_cube(masks, "masks")
 
     def _cube_index(self, labels: Sequence[int] | np.ndarray | None) -> SampleIndex:
@@ -321,6 +320,16 @@ class HyperspectralDataset(IndexedDataset):
     def __repr__(self) -> str:
         kind = "cubes" if self.patch_size is None else f"{self.patch_size}x{self.patch_size} patches"
         return f"HyperspectralDataset({len(self.cubes)} cube(s), {len(self)} {kind}, split={self.split})"
+
+
+def check_pixel_map(cube: CubeSource, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuse a per-pixel array (``name``: masks or splits) that is not integer and of the cube's
+    ``(lines, samples)``."""
+    if shape != cube.shape[:2] or not (np.issubdtype(dtype, np.integer) or dtype.kind == "b"):
+        raise ConfigError(
+            f"{name}= for cube {cube.path!r} must be an integer array of shape {cube.shape[:2]}, "
+            f"got {dtype} {shape}"
+        )
 
 
 def read_patch(
