@@ -171,6 +171,15 @@ def test_an_hdf5_cube_no_machine_could_hold_is_refused_at_opening(
     assert error.value.path == str(path)
 
 
+def test_a_small_hdf5_declaring_a_vast_whole_cube_sample_is_refused_at_construction(tmp_path: Path) -> None:
+    path = tmp_path / "vast.h5"
+    with h5py.File(path, "w") as handle:  # 1.4 KB declaring 754 GiB: each sample was a MemoryError
+        handle.create_dataset("cube", shape=(45000, 45000, 200), dtype="i2", chunks=(64, 64, 200))
+    with pytest.raises(DecodeError, match="read it as patches") as error:
+        HyperspectralDataset(str(path), labels=[0], on_error="skip")
+    assert error.value.path == str(path)
+
+
 def test_an_hdf5_mask_with_a_null_dataspace_is_a_decode_error(tmp_path: Path) -> None:
     path = tmp_path / "null.h5"
     with h5py.File(path, "w") as handle:

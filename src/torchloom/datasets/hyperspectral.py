@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -31,10 +32,14 @@ from torchloom.datasets.index import SampleIndex, StringColumn
 from torchloom.datasets.options import SampleOptions, sample_settings
 from torchloom.datasets.spatial_split import touches_other_split
 from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError, check_choice
+from torchloom.io.array_size import check_in_memory
 from torchloom.io.cube import CubeSource
 from torchloom.io.envi import open_envi
 from torchloom.io.hdf5 import Hdf5Cube, Layout, read_hdf5_array
 
+#: A whole-cube sample (``labels=``) larger than this is refused at construction.
+MAX_WHOLE_CUBE_BYTES = 8 << 30
+_USE_PATCHES = "read it as patches (masks= and patch_size=), or as smaller tiles"
 #: File extensions read as HDF5; any other path is read as ENVI (header or data file).
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5")
 Padding = Literal["reflect", "constant"]
@@ -126,7 +131,8 @@ class HyperspectralDataset(IndexedDataset):
             array (its result becomes a CHW tensor), ``on_error``, ``seed``, ``debug``.
 
     A cube that cannot be opened (a malformed header, a data file of the wrong size, a corrupt
-    HDF5 file) raises at construction, naming the file.
+    HDF5 file) raises at construction, naming the file, and so does a whole-cube sample larger
+    than :data:`MAX_WHOLE_CUBE_BYTES` (a small HDF5 file may declare any size).
 
     Example:
         >>> import numpy as np
@@ -228,6 +234,9 @@ class HyperspectralDataset(IndexedDataset):
         return self._per_cube(masks, "masks")
 
     def _cube_index(self, labels: Sequence[int] | np.ndarray | None) -> SampleIndex:
+        for cube in self.cubes:  # each sample is read whole: refuse one no batch could hold first
+            declared = math.prod(cube.shape) * cube.dtype.itemsize
+            check_in_memory(cube.path, declared, MAX_WHOLE_CUBE_BYTES, what="the cube", fix=_USE_PATCHES)
         count = len(self.cubes)
         values = np.full(count, -1, np.int64) if labels is None else np.asarray(labels)
         if values.shape != (count,) or not np.issubdtype(values.dtype, np.integer):
