@@ -17,9 +17,11 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -30,10 +32,14 @@ from torchloom.datasets.index import SampleIndex, StringColumn
 from torchloom.datasets.options import SampleOptions, sample_settings
 from torchloom.datasets.spatial_split import touches_other_split
 from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError, check_choice
+from torchloom.io.array_size import check_in_memory
 from torchloom.io.cube import CubeSource
 from torchloom.io.envi import open_envi
 from torchloom.io.hdf5 import Hdf5Cube, Layout, read_hdf5_array
 
+#: A whole-cube sample (``labels=``) larger than this is refused at construction.
+MAX_WHOLE_CUBE_BYTES = 8 << 30
+_USE_PATCHES = "read it as patches (masks= and patch_size=), or as smaller tiles"
 #: File extensions read as HDF5; any other path is read as ENVI (header or data file).
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5")
 Padding = Literal["reflect", "constant"]
@@ -125,7 +131,8 @@ class HyperspectralDataset(IndexedDataset):
             array (its result becomes a CHW tensor), ``on_error``, ``seed``, ``debug``.
 
     A cube that cannot be opened (a malformed header, a data file of the wrong size, a corrupt
-    HDF5 file) raises at construction, naming the file.
+    HDF5 file) raises at construction, naming the file, and so does a whole-cube sample larger
+    than :data:`MAX_WHOLE_CUBE_BYTES` (a small HDF5 file may declare any size).
 
     Example:
         >>> import numpy as np
@@ -213,22 +220,23 @@ class HyperspectralDataset(IndexedDataset):
         checked = []
         for cube, array in zip(self.cubes, listed, strict=True):
             array = np.asarray(array)
-            if array.shape != cube.shape[:2] or not (
-                np.issubdtype(array.dtype, np.integer) or array.dtype == bool
-            ):
-                raise ConfigError(
-                    f"{name}= for cube {cube.path!r} must be an integer array of shape {cube.shape[:2]}, "
-                    f"got {array.dtype} {array.shape}"
-                )
+            check_pixel_map(cube, name, array.shape, array.dtype)
             checked.append(array)
         return checked
 
     def _masks(self, masks: np.ndarray | Sequence[np.ndarray] | str) -> list[np.ndarray]:
         if isinstance(masks, str):
-            masks = [read_hdf5_array(cube.path, masks) for cube in self.cubes]
+            # Checked before it is read: a small file may declare a mask of billions of pixels.
+            masks = [
+                read_hdf5_array(cube.path, masks, check=partial(check_pixel_map, cube, "masks"))
+                for cube in self.cubes
+            ]
         return self._per_cube(masks, "masks")
 
     def _cube_index(self, labels: Sequence[int] | np.ndarray | None) -> SampleIndex:
+        for cube in self.cubes:  # each sample is read whole: refuse one no batch could hold first
+            declared = math.prod(cube.shape) * cube.dtype.itemsize
+            check_in_memory(cube.path, declared, MAX_WHOLE_CUBE_BYTES, what="the cube", fix=_USE_PATCHES)
         count = len(self.cubes)
         values = np.full(count, -1, np.int64) if labels is None else np.asarray(labels)
         if values.shape != (count,) or not np.issubdtype(values.dtype, np.integer):
@@ -321,6 +329,16 @@ class HyperspectralDataset(IndexedDataset):
     def __repr__(self) -> str:
         kind = "cubes" if self.patch_size is None else f"{self.patch_size}x{self.patch_size} patches"
         return f"HyperspectralDataset({len(self.cubes)} cube(s), {len(self)} {kind}, split={self.split})"
+
+
+def check_pixel_map(cube: CubeSource, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuse a per-pixel array (``name``: masks or splits) that is not integer and of the cube's
+    ``(lines, samples)``."""
+    if shape != cube.shape[:2] or not (np.issubdtype(dtype, np.integer) or dtype.kind == "b"):
+        raise ConfigError(
+            f"{name}= for cube {cube.path!r} must be an integer array of shape {cube.shape[:2]}, "
+            f"got {dtype} {shape}"
+        )
 
 
 def read_patch(

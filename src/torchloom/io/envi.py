@@ -3,11 +3,12 @@
 Every interleave (``bsq``, ``bil``, ``bip``), both byte orders and the ENVI data types 1–6, 9 and
 12–15 are read; a window comes back as an HWC array in native byte order, whatever the layout on
 disk. The data file is the header's ``data file`` key when given (a path inside the header's
-folder), else the file beside the header with the same name and no extension or one of
-:data:`DATA_EXTENSIONS`. It must hold exactly ``header offset + lines × samples × bands × itemsize``
-bytes: anything else is a :class:`DecodeError` naming it. FIFOs and devices are refused before
-they are opened for reading. The memmap is made on first read in each process and is not pickled,
-so a cube travels to DataLoader workers as a few numbers and paths.
+folder once symlinks are resolved, checked again on every open), else the file beside the header
+with the same name and no extension or one of :data:`DATA_EXTENSIONS`. It must hold exactly
+``header offset + lines × samples × bands × itemsize`` bytes: anything else is a
+:class:`DecodeError` naming it. FIFOs and devices are refused before they are opened for reading.
+The memmap is made on first read in each process and is not pickled, so a cube travels to
+DataLoader workers as a few numbers and paths.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -29,7 +30,7 @@ import numpy as np
 from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, parse_header
-from torchloom.io.files import file_info, open_file, read_bytes
+from torchloom.io.files import file_info, lies_inside, open_file, read_bytes
 
 #: Extensions tried, in order, for the data file beside ``name.hdr`` (after ``name`` itself).
 DATA_EXTENSIONS = (".img", ".raw", ".dat", ".spe", ".bsq", ".bil", ".bip")
@@ -73,10 +74,14 @@ class EnviCube:
         ('<f4', [450.0, 550.0, 650.0], 'Nanometers')
     """
 
-    def __init__(self, header: EnviHeader, data_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, header: EnviHeader, data_path: str | os.PathLike[str], *, inside: str | None = None
+    ) -> None:
         self.header = header
         self._path = os.fspath(data_path)
-        check_data_size(header, self._path)
+        #: The real folder the data file must lie in (its header's, when the header names it).
+        self.inside = inside
+        check_data_size(header, self._path, inside=inside)
         self._memmap: np.memmap | None = None
 
     @property
@@ -117,7 +122,7 @@ class EnviCube:
         """The data as stored, shaped ``(bands, lines, samples)`` for bsq, ``(lines, bands, samples)``
         for bil, ``(lines, samples, bands)`` for bip; mapped read-only on first use in this process."""
         if self._memmap is None:
-            self._memmap = _map(self.header, self._path)
+            self._memmap = _map(self.header, self._path, self.inside)
         return self._memmap
 
     def read(self, rows: slice | None = None, cols: slice | None = None, bands: Bands = None) -> np.ndarray:
@@ -172,7 +177,10 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
     path = os.fspath(path)
     if path.lower().endswith(".hdr"):
         header = read_header(path)
-        return EnviCube(header, _data_file_of(header))
+        if header.data_file is not None:
+            data_path, root = _named_data_file(header, header.data_file)
+            return EnviCube(header, data_path, inside=root)
+        return EnviCube(header, _data_file_beside(header))
     header_path = next((name for name in _header_candidates(path) if os.path.lexists(name)), None)
     if header_path is None:
         raise MissingFileError(
@@ -181,9 +189,10 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
     return EnviCube(read_header(header_path), path)
 
 
-def check_data_size(header: EnviHeader, data_path: str) -> None:
-    """Refuse a data file that is not a regular file of exactly ``header.data_bytes`` bytes."""
-    with open_file(data_path) as handle:
+def check_data_size(header: EnviHeader, data_path: str, *, inside: str | None = None) -> None:
+    """Refuse a data file that is not a regular file of exactly ``header.data_bytes`` bytes (inside
+    the real folder ``inside``, when given)."""
+    with open_file(data_path, inside=inside) as handle:
         _check_size(header, data_path, os.fstat(handle.fileno()).st_size)
 
 
@@ -214,13 +223,13 @@ def _check_not_shrunk(header: EnviHeader, data_path: str) -> None:
         )
 
 
-def _map(header: EnviHeader, data_path: str) -> np.memmap:
+def _map(header: EnviHeader, data_path: str, inside: str | None) -> np.memmap:
     """Map the data file read-only, checking its size on the descriptor mapped (the file may have
     changed since the cube was opened)."""
     lines, samples, bands = header.shape
     sizes = {"lines": lines, "samples": samples, "bands": bands}
     axes = _DISK_AXES[header.interleave] or ("lines", "samples", "bands")
-    with open_file(data_path) as handle:
+    with open_file(data_path, inside=inside) as handle:
         _check_size(header, data_path, os.fstat(handle.fileno()).st_size)
         return np.memmap(
             handle,
@@ -231,17 +240,28 @@ def _map(header: EnviHeader, data_path: str) -> np.memmap:
         )
 
 
-def _data_file_of(header: EnviHeader) -> str:
+def _named_data_file(header: EnviHeader, name: str) -> tuple[str, str]:
+    """The path of the header's ``data file`` and the real folder it must lie in: the header's,
+    checked after resolving symlinks (a symlinked sub-folder leads anywhere)."""
     folder = os.path.dirname(header.path)
-    if header.data_file is not None:
-        name = header.data_file
-        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
-            raise HeaderError(
-                header.path,
-                f"data file = {name!r} must be a relative path inside the header's folder "
-                "(no absolute path, no '..')",
-            )
-        return os.path.join(folder, name)
+    if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+        raise HeaderError(
+            header.path,
+            f"data file = {name!r} must be a relative path inside the header's folder "
+            "(no absolute path, no '..')",
+        )
+    path, root = os.path.join(folder, name), os.path.realpath(folder or os.curdir)
+    real = os.path.realpath(path)
+    if not lies_inside(real, root):
+        raise HeaderError(
+            header.path,
+            f"data file = {name!r} resolves to {real!r}, outside the header's folder {root!r} "
+            "(through a symlink): move the data file into that folder, or the header beside it",
+        )
+    return path, root
+
+
+def _data_file_beside(header: EnviHeader) -> str:
     stem = header.path[: -len(".hdr")]
     candidates = (
         [stem] + [stem + ext for ext in DATA_EXTENSIONS] + [stem + ext.upper() for ext in DATA_EXTENSIONS]

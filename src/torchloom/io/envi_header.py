@@ -1,7 +1,10 @@
 """ENVI ``.hdr`` headers: a small, strict parser that names the line or key of every fault.
 
 A header is ``ENVI`` on its first line, then ``key = value`` lines; a value in braces
-(``wavelength = { 400.0, 410.5 }``) may span lines; lines starting with ``;`` are comments. Keys
+(``wavelength = { 400.0, 410.5 }``) may span lines and hold braces of its own, as instrument
+software writes them in a ``description`` (``{Scan {run 3} of line 2}``): the value ends at the
+brace that closes the first. Lines starting with ``;`` are comments, inside a value too (as
+Spectral Python and GDAL read them); the lines of a value are stripped, as Spectral strips them. Keys
 are matched case-insensitively. ``samples``, ``lines``, ``bands``, ``data type`` and ``interleave``
 are required; ``byte order`` defaults to 0 (little-endian) and ``header offset`` to 0. Whatever the
 bytes, parsing ends in an :class:`EnviHeader` or a :class:`HeaderError` naming the file and where
@@ -56,6 +59,7 @@ STRUCTURAL_KEYS = (
 #: More digits than this in a dimension or offset is not a real file (and keeps int() cheap).
 MAX_DIGITS = 15
 _INTEGER = re.compile(rf"\+?[0-9]{{1,{MAX_DIGITS}}}")
+_BRACES = re.compile(r"[{}]")
 
 
 @dataclass(frozen=True)
@@ -129,20 +133,34 @@ def _split_fields(text: str, path: str) -> tuple[dict[str, str], dict[str, int]]
             raise HeaderError(path, f"line {start + 1}: expected 'key = value', got {line[:80]!r}")
         value = value.strip()
         if value.startswith("{"):
-            parts = [value[1:]]
-            while "}" not in parts[-1]:
-                if number >= len(lines):
-                    raise HeaderError(path, f"line {start + 1}: the '{{' of {key!r} is never closed")
-                parts.append(lines[number])
-                number += 1
-            inside, _, after = "\n".join(parts).partition("}")
-            if after.strip():
-                raise HeaderError(path, f"line {number}: unexpected text after the '}}' of {key!r}")
-            value = inside.strip()
+            value, number = _braced(lines, start, key, path)
         if key in fields and key in STRUCTURAL_KEYS:
             raise HeaderError(path, f"line {start + 1}: {key!r} is given twice (first on line {where[key]})")
         fields[key], where[key] = value, start + 1
     return fields, where
+
+
+def _braced(lines: list[str], start: int, key: str, path: str) -> tuple[str, int]:
+    """The text inside the braces of the value of ``key`` opening on line ``start`` (0-based), its
+    lines stripped and comment lines left out, and the number of the line after it."""
+    text = lines[start].partition("=")[2].strip()
+    parts: list[str] = []
+    depth, number = 0, start + 1
+    while True:
+        for brace in _BRACES.finditer(text):
+            depth += 1 if brace.group() == "{" else -1
+            if depth == 0:
+                parts.append(text[: brace.start()])
+                if text[brace.end() :].strip():
+                    raise HeaderError(path, f"line {number}: unexpected text after the '}}' of {key!r}")
+                return "\n".join(parts)[1:].strip(), number
+        parts.append(text)
+        text = ";"
+        while text.startswith(";"):
+            if number >= len(lines):
+                raise HeaderError(path, f"line {start + 1}: the '{{' of {key!r} is never closed")
+            text = lines[number].strip()
+            number += 1
 
 
 def _typed_header(fields: dict[str, str], where: dict[str, int], path: str) -> EnviHeader:

@@ -5,7 +5,9 @@ the file on first use in each process (the handle is kept with the process id, s
 DataLoader worker opens its own instead of sharing its parent's) and slice the h5py dataset: a
 patch reads only the chunks it covers, never the whole cube. The handle is never pickled, so the
 cube travels to workers under fork, spawn and forkserver alike. A truncated, corrupt or non-HDF5
-file is a :class:`DecodeError` naming it.
+file is a :class:`DecodeError` naming it, and so is a dataset reached through an external link or
+stored outside the file (:mod:`torchloom.io.hdf5_confined`), or one whose declared shape no
+machine could hold (checked before anything is read).
 
 Example:
     >>> import h5py, numpy as np, os, tempfile
@@ -23,14 +25,17 @@ import contextlib
 import importlib
 import os
 import weakref
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
 
 from torchloom.errors import ConfigError, DecodeError, install_hint
+from torchloom.io.array_size import check_in_memory, declared_bytes
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.files import open_file, reopenable_name
+from torchloom.io.hdf5_confined import check_stored_in_file, find_in_file
 
 Layout = Literal["HWC", "CHW"]
 LAYOUTS = ("HWC", "CHW")
@@ -41,6 +46,10 @@ WAVELENGTH_UNIT_ATTRIBUTES = ("wavelength units", "wavelength_units")
 NUMERIC_KINDS = "biufc"
 #: Names listed when the requested dataset is not in the file.
 NAMES_LISTED = 20
+#: A dataset read whole (a label mask) larger than this is refused before it is read.
+DEFAULT_MAX_ARRAY_BYTES = 8 << 30
+#: Called with a dataset's shape and dtype before its values are read; it raises to refuse them.
+ArrayCheck = Callable[[tuple[int, ...], np.dtype], None]
 
 
 def require_h5py() -> ModuleType:
@@ -89,10 +98,12 @@ def open_hdf5(path: str) -> Any:
 
 
 def hdf5_dataset(handle: Any, path: str, name: str) -> Any:
-    """The h5py dataset ``name`` of the open file ``handle``; a missing one names those that exist."""
+    """The h5py dataset ``name`` of the open file ``handle``, stored in that file and reached through
+    it (no external link, external storage or virtual dataset); a missing one names those that exist.
+    """
     h5py = require_h5py()
     try:
-        found = handle[name]
+        found = find_in_file(handle, path, name)
     except (KeyError, ValueError) as exc:
         names: list[str] = []
         handle.visititems(lambda key, item: names.append(key) if isinstance(item, h5py.Dataset) else None)
@@ -103,11 +114,22 @@ def hdf5_dataset(handle: Any, path: str, name: str) -> Any:
         ) from exc
     if not isinstance(found, h5py.Dataset):
         raise DecodeError(path, f"{name!r} is a group, not a dataset (pass the dataset's full name)")
+    check_stored_in_file(found, path, name)
     return found
 
 
-def read_hdf5_array(path: str | os.PathLike[str], array: str) -> np.ndarray:
+def read_hdf5_array(
+    path: str | os.PathLike[str],
+    array: str,
+    *,
+    check: ArrayCheck | None = None,
+    max_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
+) -> np.ndarray:
     """Read the whole (small) dataset named ``array`` in the file, e.g. a label mask, into memory.
+
+    Its declared shape is checked before a byte of it is read or allocated: one no machine could
+    hold, or larger than ``max_bytes``, is a :class:`DecodeError`; ``check(shape, dtype)``, when
+    given, may refuse it too (a mask must match its cube's size).
 
     Example:
         >>> import h5py, numpy as np, os, tempfile
@@ -120,6 +142,14 @@ def read_hdf5_array(path: str | os.PathLike[str], array: str) -> np.ndarray:
     path = os.fspath(path)
     with open_hdf5(path) as handle:
         dataset = hdf5_dataset(handle, path, array)
+        if dataset.shape is None:
+            raise DecodeError(path, f"dataset {array!r} is an HDF5 null dataspace: it holds no values")
+        shape, dtype = tuple(int(size) for size in dataset.shape), np.dtype(dataset.dtype)
+        what = f"dataset {array!r}"
+        declared = declared_bytes(path, shape, dtype, what=what)
+        if check is not None:
+            check(shape, dtype)
+        check_in_memory(path, declared, max_bytes, what=what)
         try:
             return np.asarray(dataset[()])
         except OSError as exc:
@@ -169,6 +199,7 @@ class Hdf5Cube:
                     self._path, f"dataset {array!r} has shape {stored.shape}; a cube needs 3 non-empty axes"
                 )
             shape = tuple(int(size) for size in stored.shape)
+            declared_bytes(self._path, shape, native(stored.dtype), what=f"dataset {array!r}")
             self._shape = (
                 (shape[1], shape[2], shape[0]) if layout == "CHW" else (shape[0], shape[1], shape[2])
             )

@@ -6,9 +6,10 @@ member's data lies at the member's local header offset plus the local header and
 lengths, which :func:`probe_volume` finds with :mod:`zipfile` (``np.load`` of an npz never
 memory-maps). A *compressed* member (``np.savez_compressed``) must be inflated: it is read
 whole, within ``max_bytes``. Shape and dtype come from the npy header, checked without reading
-data: object (pickled), structured and non-numeric dtypes are refused, and a file holding fewer
-bytes than its header declares is a truncated file. Every failure is a :class:`DecodeError`
-naming the file; FIFOs and devices are refused before they are opened.
+data: object (pickled), structured and non-numeric dtypes are refused, a file holding fewer
+bytes than its header declares is a truncated file, and a shape numpy cannot address (a 2**64
+axis, or huge axes beside a zero-length one) is refused before numpy sees it. Every failure is a
+:class:`DecodeError` naming the file; FIFOs and devices are refused before they are opened.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -35,6 +36,7 @@ from typing import IO, BinaryIO
 import numpy as np
 
 from torchloom.errors import DecodeError
+from torchloom.io.array_size import declared_bytes
 from torchloom.io.files import open_file
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -215,6 +217,8 @@ def _check_size(path: str | os.PathLike[str], header: VolumeHeader, available: i
             f"{where} holds {max(available, 0):,} data bytes, but its header declares {header.shape} "
             f"{header.dtype} ({header.nbytes:,} bytes): it is truncated",
         )
+    # An empty shape passes the size check, but numpy still refuses huge axes beside the empty one.
+    declared_bytes(path, header.shape, header.dtype, what="its npy header")
 
 
 def _npz_header(

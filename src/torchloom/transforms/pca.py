@@ -6,7 +6,9 @@ split's PCA never sees validation pixels), and keeps the top ``k`` components. :
 writes an ``.npz`` (no pickle) holding the components and the fit's settings: ``k``, ``pixels``,
 ``seed``, every cube's description (path, shape, dtype, size and modification time of its file)
 and a hash of the candidate pixels. :meth:`PCA.load` given the same inputs refuses a file whose
-settings differ, naming what changed; :meth:`PCA.fit_or_load` fits once and reuses the file after.
+settings differ, naming what changed, and any file whose arrays disagree with its settings (a
+tampered or damaged one: ``k`` components of one value per band, orthonormal, finite), naming the
+file; :meth:`PCA.fit_or_load` fits once and reuses the file after.
 
 Example:
     >>> import numpy as np, os, tempfile
@@ -26,19 +28,26 @@ import hashlib
 import json
 import os
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from torchloom.errors import ConfigError, DecodeError, TransformError
+from torchloom.io.array_size import check_in_memory
 from torchloom.io.cube import CubeSource
+from torchloom.io.files import open_file
 
 #: Version of the saved file's layout; a file of another version is refused.
 PCA_FORMAT = 1
 DEFAULT_PIXELS = 10_000
 #: The arrays a saved PCA holds.
 _SAVED = ("format", "mean", "components", "variance", "settings")
+#: A saved PCA larger than this (its arrays, inflated) is refused unread: 2,000 bands take 32 MB.
+MAX_PCA_BYTES = 1 << 30
+#: How far from the identity a saved PCA's components times their transpose may be (fitted: 1e-12).
+ORTHONORMAL_TOLERANCE = 1e-6
+_REFIT = "the file was altered or damaged: delete it and fit again"
 
 
 @runtime_checkable
@@ -150,27 +159,34 @@ class PCA:
         seed: int = 0,
     ) -> PCA:
         """Read a saved PCA. Given ``source`` and ``k``, refuse it unless it was fitted with the
-        same settings (a :class:`ConfigError` naming what differs)."""
+        same settings (a :class:`ConfigError` naming what differs). A file whose arrays disagree
+        with its settings, or hold NaNs, is a :class:`DecodeError` naming it, whatever is given.
+
+        Example:
+            >>> import numpy as np, os, tempfile
+            >>> path = os.path.join(tempfile.mkdtemp(), "pca.npz")
+            >>> np.savez(path, format=1, mean=np.zeros(4), components=np.eye(4)[:3] * np.nan,
+            ...          variance=np.ones(3), settings='{"k": 3}')
+            >>> PCA.load(path)
+            Traceback (most recent call last):
+            ...
+            torchloom.errors.DecodeError: cannot decode '...pca.npz': the PCA holds values that are not \
+finite real numbers (NaN, inf, text); the file was altered or damaged: delete it and fit again
+        """
         path = os.fspath(path)
-        with open(path, "rb") as handle:
+        with open_file(path) as handle:
             try:
+                with zipfile.ZipFile(handle) as archive:  # sizes first: a member may inflate to any size
+                    declared = sum(int(info.file_size) for info in archive.infolist())
+                check_in_memory(path, declared, MAX_PCA_BYTES, what="the PCA file", fix=_REFIT)
+                handle.seek(0)
                 saved = np.load(handle, allow_pickle=False)
-                arrays = {name: saved[name] for name in _SAVED} if isinstance(saved, Mapping) else None
-            except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
+                arrays = {name: saved[name] for name in _SAVED}
+            except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise DecodeError(
                     path, f"not a PCA saved by torchloom ({type(exc).__name__}: {exc})"
                 ) from exc
-        if arrays is None:
-            raise DecodeError(path, f"not a PCA saved by torchloom (an .npz holds {', '.join(_SAVED)})")
-        if int(arrays["format"]) != PCA_FORMAT:
-            raise DecodeError(
-                path, f"PCA file format {int(arrays['format'])}; this torchloom reads {PCA_FORMAT}"
-            )
-        try:
-            settings = json.loads(str(arrays["settings"]))
-        except ValueError as exc:
-            raise DecodeError(path, f"the PCA settings are not JSON ({exc})") from exc
-        pca = cls(arrays["mean"], arrays["components"], arrays["variance"], settings)
+        pca = cls(*checked_arrays(path, arrays))
         if source is not None or k is not None:
             if source is None or k is None:
                 raise ConfigError("PCA.load checks settings only when given both source= and k=")
@@ -193,6 +209,47 @@ class PCA:
 
     def __repr__(self) -> str:
         return f"PCA(k={len(self.components)}, bands={len(self.mean)}, fingerprint={self.fingerprint[:12]})"
+
+
+def checked_arrays(
+    path: str, arrays: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """The mean, components, variance and settings of a saved PCA, checked against each other: the
+    settings' ``k`` components of one length per band, orthonormal, finite variances >= 0.
+    Anything else (a tampered or damaged file) is a :class:`DecodeError` naming ``path``."""
+    version = arrays["format"]
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) != PCA_FORMAT:
+        raise DecodeError(
+            path, f"PCA file format {version!r:.40}; this torchloom reads {PCA_FORMAT}, so {_REFIT}"
+        )
+    try:
+        settings = json.loads(str(arrays["settings"])) if arrays["settings"].shape == () else None
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(path, f"the PCA settings are not JSON ({type(exc).__name__}); {_REFIT}") from exc
+    if not isinstance(settings, dict):
+        raise DecodeError(path, f"the PCA settings are not a JSON object; {_REFIT}")
+    k = settings.get("k")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise DecodeError(path, f"the PCA settings hold no k >= 1 (the number of components); {_REFIT}")
+    values = {name: arrays[name] for name in ("mean", "components", "variance")}
+    if any(value.dtype.kind not in "fiu" or not np.isfinite(value).all() for value in values.values()):
+        raise DecodeError(
+            path, f"the PCA holds values that are not finite real numbers (NaN, inf, text); {_REFIT}"
+        )
+    mean, components, variance = (value.astype(np.float64) for value in values.values())
+    bands = len(mean) if mean.ndim == 1 else 0
+    if bands < k or components.shape != (k, bands) or variance.shape != (k,):
+        raise DecodeError(
+            path,
+            f"the PCA holds a mean of shape {mean.shape}, components {components.shape} and variance "
+            f"{variance.shape}, not the ({k}, bands) its settings (k={k}) declare; {_REFIT}",
+        )
+    gram = components @ components.T
+    if (variance < 0).any() or not np.allclose(gram, np.eye(k), atol=ORTHONORMAL_TOLERANCE):
+        raise DecodeError(
+            path, f"the PCA components are not orthonormal, or a variance is < 0; {_REFIT}"
+        )
+    return mean, components, variance, settings
 
 
 def cubes_of(source: Source) -> list[CubeSource]:
