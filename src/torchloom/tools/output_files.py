@@ -1,4 +1,5 @@
-"""How the commands write their files: whole or not at all, under any name, safe to open.
+"""How the commands write their files: whole or not at all, under any name, safe to open, and
+never into the data they read (:func:`refuse_output_inside`).
 
 - **Atomically**: :func:`write_atomically` writes beside the target and renames, so a reader
   never sees half a file and a write that fails (a bug, a full disk) leaves the previous file as
@@ -35,6 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from torchloom.errors import ConfigError
+from torchloom.io.files import lies_inside
+
 #: Characters that make a spreadsheet read a cell as a formula when it begins with one.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA_START = r"^[=+\-@\t\r]"  # FORMULA_STARTS, as a pattern
@@ -43,7 +47,18 @@ _NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
 PATH_ESCAPE, TEXT_ESCAPE = "./", "'"
 
 
-def write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
+def refuse_output_inside(data: str, out: str, name: str, why: str) -> None:
+    """A :class:`ConfigError` when the folder ``out`` is (or lies inside) the folder ``data``,
+    symlinks resolved; ``name`` is what the command calls ``data``, ``why`` says the harm.
+
+    Example:
+        >>> refuse_output_inside("/data", "/reports", "DATA", "it would be read as data")
+    """
+    if lies_inside(os.path.realpath(out), os.path.realpath(data)):
+        raise ConfigError(f"--out {out!r} is inside {name} {data!r} ({why}); choose a folder outside it")
+
+
+def write_atomically(path: str, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write`` with a file opened beside ``path``, then rename it to ``path``; if ``write``
     raises, the file is removed and ``path`` is untouched.
 

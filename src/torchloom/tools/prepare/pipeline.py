@@ -43,7 +43,7 @@ from torchloom.datasets.discovery import Exclusion, find_tree
 from torchloom.errors import ConfigError
 from torchloom.io.files import lies_inside
 from torchloom.tools.doctor.duplicates import duplicate_groups
-from torchloom.tools.output_files import write_atomically, write_csv
+from torchloom.tools.output_files import refuse_output_inside, write_atomically, write_csv
 from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
 from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
 from torchloom.tools.prepare.previous import previous_manifest, read_previous_splits
@@ -103,11 +103,8 @@ def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
     """Refuse an ``out`` inside ``raw`` (raw is never written), a ``raw`` that a rebuild of
     ``out``'s split folders would delete, and (when ``materializing``) split folders in ``out``
     that prepare did not make."""
+    refuse_output_inside(raw, out, "RAW", "prepare never writes into RAW")
     real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
-    if lies_inside(real_out, real_raw):
-        raise ConfigError(
-            f"--out {out!r} is inside RAW {raw!r}; prepare never writes into RAW, choose another folder"
-        )
     for name in (*SPLIT_NAMES, STAGING_FOLDER):
         if lies_inside(real_raw, os.path.join(real_out, name)):
             raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
@@ -271,12 +268,17 @@ def _empty_splits(prepared: PrepareResult, fractions: Sequence[float]) -> list[s
     wanted = ",".join(f"{fraction:g}" for fraction in fractions)
     warnings = []
     for label, row in zip(prepared.classes, prepared.counts(), strict=True):
-        for name, fraction, count in zip(prepared.split_names, fractions, row.tolist(), strict=True):
-            if fraction > 0 and count == 0:
-                warnings.append(
-                    f"class {label!r} has no {name} file ({int(row.sum())} file(s) at --fractions "
-                    f"{wanted}): add files of it, or it cannot be evaluated in {name}"
-                )
+        empty = [
+            name
+            for name, fraction, count in zip(prepared.split_names, fractions, row.tolist(), strict=True)
+            if fraction > 0 and count == 0
+        ]
+        if empty:
+            splits = " or ".join(empty)
+            warnings.append(
+                f"class {label!r} has no {splits} file ({int(row.sum())} file(s) at --fractions {wanted}): "
+                f"add files of it, or it cannot be evaluated in {splits}"
+            )
     return warnings
 
 
