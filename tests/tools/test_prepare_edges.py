@@ -6,14 +6,17 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import write_jpeg
 from torchloom import ManifestDataset
+from torchloom.testing import write_class_folders
 from torchloom.tools.cli import main
 
 #: Names as people (and attackers) give them: each would run as a formula in a spreadsheet.
@@ -82,3 +85,26 @@ def test_a_path_given_twice_in_a_json_map_is_ambiguous(tmp_path: Path) -> None:
     ]
     # b.jpg, given the same label twice, is labelled.
     assert pq.read_table(out / "manifest.parquet").column("source").to_pylist() == ["b.jpg"]
+
+
+def test_grouping_duplicates_on_a_rerun_moves_only_the_copies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = tmp_path / "raw"
+    write_class_folders(raw, (30, 10), size=(24, 24), class_names=("cat", "dog"), progress=False)
+    for copy in range(8):
+        shutil.copy(raw / "cat" / "000000.jpg", raw / "cat" / f"copy_{copy}.jpg")
+    out = tmp_path / "out"
+    rules = ["--rule", "cat:cat/", "--rule", "dog:dog/"]
+    assert main(["prepare", str(raw), *rules, "--out", str(out)]) == 0
+    before = {row["source"]: row["split"] for row in pq.read_table(out / "manifest.parquet").to_pylist()}
+    copies = ["cat/000000.jpg", *(f"cat/copy_{copy}.jpg" for copy in range(8))]
+    group_split = before[min(copies)]  # a group keeps the split of its smallest name
+    moving = [name for name in copies if before[name] != group_split]
+    assert moving  # the 9 copies did not all hash into one split
+    capsys.readouterr()
+    assert main(["prepare", str(raw), *rules, "--out", str(out), "--group-duplicates", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    after = {row["source"]: row["split"] for row in pq.read_table(out / "manifest.parquet").to_pylist()}
+    assert [name for name in before if before[name] != after[name]] == moving
+    assert (report["kept"], report["moved_to_duplicate_group"]) == (len(before) - len(moving), len(moving))

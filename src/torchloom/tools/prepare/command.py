@@ -162,6 +162,7 @@ def report_dict(result: PrepareResult, args: argparse.Namespace, status: int) ->
         "rebalanced": _rebalanced(result),
         "previous": result.previous,
         "kept": result.kept,
+        "moved_to_duplicate_group": result.moved_to_group,
         "warnings": result.warnings,
         "duplicate_groups": result.duplicate_groups,
         "materialize": args.materialize,
@@ -192,7 +193,12 @@ def print_report(out: Output, result: PrepareResult, args: argparse.Namespace) -
     if result.previous is not None:
         out.line(
             f"{result.kept} file(s) kept their split from {result.previous}; "
-            f"{result.manifest.num_rows - result.kept} new file(s) placed"
+            f"{result.manifest.num_rows - result.kept - result.moved_to_group} new file(s) placed"
+        )
+    if result.moved_to_group:
+        out.line(
+            f"{result.moved_to_group} old file(s) moved to the split of a duplicate of theirs "
+            "(--group-duplicates keeps each group in one split)"
         )
     out.line(
         f"{_rebalanced(result)} file(s) outside their hash split, to give each class the counts nearest "

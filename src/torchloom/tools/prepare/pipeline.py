@@ -77,10 +77,11 @@ class PrepareResult:
     duplicate_groups: int = 0
     copied_instead_of_linked: int = 0
     written: list[str] = field(default_factory=list)
-    #: The previous manifest whose splits were kept (``None``: none was read), and how many files
-    #: kept their split from it.
+    #: The previous manifest whose splits were kept (``None``: none was read), how many files kept
+    #: their split from it, and how many it placed elsewhere moved to join a duplicate group.
     previous: str | None = None
     kept: int = 0
+    moved_to_group: int = 0
     #: Warnings that do not leave anything out: a class without a file in a split.
     warnings: list[str] = field(default_factory=list)
 
@@ -192,7 +193,10 @@ def prepare_dataset(
     )
     ignored = [item._replace(path=found.relative(item.path)) for item in found.excluded if not item.refused]
     prepared = PrepareResult(table, names, classes, problems, ignored, len(groups), previous=previous)
-    prepared.kept = int(result.kept[unit_of].sum())
+    before = np.array([previous_splits.get(path, NEW) for path in paths], dtype=np.int64)
+    placed, after = before != NEW, result.split[unit_of]
+    prepared.kept = int(np.sum(placed & (after == before)))
+    prepared.moved_to_group = int(np.sum(placed & (after != before)))
     prepared.warnings = _empty_splits(prepared, fractions)
     if paths:
         _write(prepared, raw, out, fractions, seed, materialize, inside)
