@@ -24,7 +24,7 @@ from torchloom.testing import write_class_folders
 from torchloom.tools.cli import main
 from torchloom.tools.prepare import parse_rules, prepare_dataset
 from torchloom.tools.prepare.materialize import materialize
-from torchloom.tools.prepare.split import split_bounds, stratified_split
+from torchloom.tools.prepare.split import nearest_counts, stratified_split
 
 COUNTS = (40, 21, 9)
 CLASSES = ("scratch", "ok", "dent")
@@ -98,38 +98,105 @@ def test_end_to_end_identical_runs_stratified_raw_untouched(raw: Path, tmp_path:
     assert len(ManifestDataset(tmp_path / "a" / "manifest.csv", root=raw, progress=False)) == sum(COUNTS)
 
 
-def test_adding_files_keeps_old_splits_except_rebalanced(raw: Path, tmp_path: Path) -> None:
+def _add_files(raw: Path, tmp_path: Path, counts: tuple[int, ...], seed: int) -> None:
+    more = tmp_path / f"more{seed}"
+    write_class_folders(more, counts, size=(24, 24), class_names=CLASSES, seed=seed, progress=False)
+    for path in more.rglob("*.jpg"):
+        shutil.copy(path, raw / path.parent.name / f"new{seed}_{path.name}")
+
+
+def _split_counts(rows: dict[str, dict[str, object]], label: str) -> list[int]:
+    splits = [row["split"] for row in rows.values() if row["label"] == label]
+    return [splits.count(name) for name in ("train", "val", "test")]
+
+
+def test_adding_files_keeps_every_old_split(
+    raw: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A re-run reads the manifest in --out (or --previous) and places only the new files, restoring
+    the balance with them; before, balancing moved 5 of 70 old files here."""
     rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/", "--rule", "dent:dent/"]
-    assert prepare(raw, *rules, "--out", tmp_path / "before") == 0
-    write_class_folders(
-        tmp_path / "more", (12, 6, 3), size=(24, 24), class_names=CLASSES, seed=7, progress=False
-    )
-    for path in (tmp_path / "more").rglob("*.jpg"):
-        shutil.copy(path, raw / path.parent.name / f"new_{path.name}")
-    assert prepare(raw, *rules, "--out", tmp_path / "after") == 0
-    before, after = manifest(tmp_path / "before"), manifest(tmp_path / "after")
+    out = tmp_path / "out"
+    assert prepare(raw, *rules, "--out", out) == 0
+    before = manifest(out)
+    shutil.copytree(out, tmp_path / "first")
+    _add_files(raw, tmp_path, (12, 6, 3), seed=7)
+    capsys.readouterr()
+    assert prepare(raw, *rules, "--out", out, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    after = manifest(out)
     assert len(after) == len(before) + 21
-    changed = [path for path in before if before[path]["split"] != after[path]["split"]]
-    # Only balancing moves old files (see torchloom.tools.prepare.split): 5 of 70 here, after adding 21.
-    assert all(before[path]["rebalanced"] or after[path]["rebalanced"] for path in changed)
-    assert len(changed) <= 7, changed
+    assert [path for path in before if before[path]["split"] != after[path]["split"]] == []
+    assert report["previous"] == str(out / "manifest.parquet") and report["kept"] == len(before)
+    for label, count in zip(CLASSES, (52, 27, 12), strict=True):  # the nearest counts, every class
+        assert _split_counts(after, label) == nearest_counts(count, FRACTIONS).tolist(), label
+    # --previous names the manifest (here the CSV of the first run) when --out is another folder.
+    elsewhere = tmp_path / "elsewhere"
+    assert prepare(raw, *rules, "--out", elsewhere, "--previous", tmp_path / "first" / "manifest.csv") == 0
+    assert manifest(elsewhere) == after
+    assert "70 file(s) kept their split" in capsys.readouterr().out
+    assert prepare(raw, *rules, "--out", elsewhere, "--previous", tmp_path / "none.parquet") == 2
 
 
-def test_split_rule_bounds_and_fewest_moves() -> None:
+def test_a_previous_manifest_with_a_split_no_longer_made_is_a_usage_error(
+    raw: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = ["--rule", "scratch:scratch/", "--rule", "ok:ok/", "--rule", "dent:dent/"]
+    assert prepare(raw, *rules, "--out", tmp_path / "out") == 0
+    assert prepare(raw, *rules, "--out", tmp_path / "out", "--fractions", "0.8,0.2") == 2
+    assert "puts files in split(s) ['test']" in capsys.readouterr().err
+
+
+def test_split_rule_nearest_counts_and_fewest_moves() -> None:
     rng = np.random.default_rng(0)
     for trial in range(30):
         sizes = rng.integers(0, 60, size=4)
         classes = np.repeat(np.arange(4), sizes)
         keys = [f"t{trial}/{i}.jpg" for i in range(len(classes))]
         fractions = (0.7, 0.2, 0.1) if trial % 2 else (0.5, 0.5)
-        result = stratified_split(keys, classes, fractions, seed=trial)
-        for label in range(4):
-            counts = np.bincount(result.split[classes == label], minlength=len(fractions))
-            start = np.bincount(result.hash_split[classes == label], minlength=len(fractions))
-            low, high = split_bounds(int(sizes[label]), fractions)
-            assert np.all((low <= counts) & (counts <= high))
-            fewest = max(np.maximum(start - high, 0).sum(), np.maximum(low - start, 0).sum())
-            assert result.rebalanced[classes == label].sum() == fewest
+        previous = np.where(rng.random(len(keys)) < 0.5, rng.integers(0, len(fractions), len(keys)), -1)
+        for given in (None, previous):
+            result = stratified_split(keys, classes, fractions, seed=trial, previous=given)
+            kept = np.zeros(len(keys), bool) if given is None else given >= 0
+            assert np.array_equal(result.split[kept], previous[kept]) and np.array_equal(result.kept, kept)
+            for label in range(4):
+                new = (classes == label) & ~kept
+                held = np.bincount(result.split[(classes == label) & kept], minlength=len(fractions))
+                counts = np.bincount(result.split[new], minlength=len(fractions))
+                assert counts.tolist() == nearest_counts(int(sizes[label]), fractions, held=held).tolist()
+                start = np.bincount(result.hash_split[new], minlength=len(fractions))
+                assert result.rebalanced[new].sum() == np.maximum(start - counts, 0).sum()  # the fewest
+
+
+def test_nearest_counts() -> None:
+    assert nearest_counts(7, (0.7, 0.15, 0.15)).tolist() == [5, 1, 1]  # the ±1 rule allowed 4/1/2
+    assert nearest_counts(10, (0.8, 0.1, 0.1)).tolist() == [8, 1, 1]  # 10 * 0.1 = 1.0000000000000002
+    assert nearest_counts(5, (0.8, 0.1, 0.1)).tolist() == [4, 1, 0]  # a tie goes to the earlier split
+    assert nearest_counts(20, (0.5, 0.5), held=np.array([2, 8])).tolist() == [8, 2]
+    # Old files overfill test: the new ones go where they bring the counts nearest the targets.
+    assert nearest_counts(110, (0.8, 0.1, 0.1), held=np.array([10, 10, 80])).tolist() == [10, 0, 0]
+    # 4/0/10 against targets 7/3.5/3.5: no split further than 3.5 from its target (3/1/10: 4).
+    assert nearest_counts(14, (0.5, 0.25, 0.25), held=np.array([0, 0, 10])).tolist() == [4, 0, 0]
+
+
+def test_a_small_class_gets_the_nearest_counts_and_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = tmp_path / "raw"
+    for i in range(7):
+        write_jpeg(raw / "cat" / f"{i}.jpg", seed=i)
+    for i in range(5):
+        write_jpeg(raw / "dog" / f"{i}.jpg", seed=10 + i)
+    rules = parse_rules(["cat:cat/", "dog:dog/"])
+    result = prepare_dataset(str(raw), str(tmp_path / "out"), rules=rules, fractions=(0.7, 0.15, 0.15))
+    assert result.counts().tolist() == [[5, 1, 1], [3, 1, 1]] and result.warnings == []
+    assert prepare(raw, "--rule", "cat:cat/", "--rule", "dog:dog/", "--out", tmp_path / "o2") == 0
+    printed = capsys.readouterr().out
+    assert (
+        "warning: class 'dog' has no test file (5 file(s) at --fractions 0.8,0.1,0.1): add files of it, "
+        "or it cannot be evaluated in test"
+    ) in printed
+    assert "class 'cat'" not in printed  # 7 files at 0.8/0.1/0.1: 5/1/1
 
 
 def test_unknown_unmatched_and_ambiguous_are_reported(

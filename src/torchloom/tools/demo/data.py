@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import simplejpeg
 
 from torchloom.errors import ConfigError
 from torchloom.testing import write_class_folders
+from torchloom.tools.output_files import write_csv
 
 DEMO_CLASSES = ("scratch", "dent", "stain", "crack")
 #: Timestamps start here: nanoseconds since the epoch, beyond float64's exact integers.
@@ -136,7 +136,8 @@ def _write_measurements(root: str, ids: list[str], rng: np.random.Generator, pla
             "oven_c": np.round(rng.normal(180.0, 6.0, len(kept)), 1),
         }
     )
-    pa_csv.write_csv(table, os.path.join(root, "measurements.csv"))
+    with open(os.path.join(root, "measurements.csv"), "wb") as handle:  # every CSV: spreadsheet-safe
+        write_csv(table, handle)
 
 
 def _write_sensors(root: str, ids: list[str], rng: np.random.Generator) -> None:

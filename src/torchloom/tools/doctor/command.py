@@ -7,7 +7,8 @@ when ``--out`` is given.
 Exit status: 0 when no problem was found; 1 when one was (a bad or refused file, a wrong
 extension, an exact duplicate, a near duplicate across splits, an empty class, a folder beside the
 split folders, no image at all: see :mod:`torchloom.tools.doctor.report`) or DATA could not be
-read (one line on stderr says why); 2 on a usage error.
+read (one line on stderr says why); 2 on a usage error (``--out`` inside a DATA folder included:
+the next run would read the report's plots as data).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torchloom.tools.doctor.diagnosis import DEFAULT_OUT, diagnose
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available
+from torchloom.tools.output_files import refuse_output_inside
 from torchloom.tools.terminal import (
     EXIT_CLEAN,
     EXIT_PROBLEMS,
@@ -30,6 +32,7 @@ from torchloom.tools.terminal import (
     add_outside_root_argument,
     add_threads_argument,
     fail,
+    printable,
 )
 
 #: Rows of a terminal table before the rest is summarised (the report keeps them all).
@@ -72,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
         parser.error(f"DATA {args.data!r} does not exist; pass a class folder, a split root or a manifest")
     if not 0 <= args.near_max_distance < HASH_BITS:
         parser.error(f"--near-max-distance must be in 0..{HASH_BITS - 1}, got {args.near_max_distance}")
+    out = args.out if args.out is not None or args.json else DEFAULT_OUT
     try:
+        if out is not None and os.path.isdir(args.data):
+            refuse_output_inside(args.data, out, "DATA", "doctor would read its report's plots as data")
         report = diagnose(
             args.data,
             num_threads=args.threads,
@@ -82,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
         )
     except TorchloomError as exc:
         return fail("doctor", exc)
-    out = args.out if args.out is not None or args.json else DEFAULT_OUT
     written: list[str] = []
     try:
         if out is not None:
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(report.to_json())
         if written:
-            print(f"report written to {written[0]}", file=sys.stderr)
+            print(printable(f"report written to {written[0]}"), file=sys.stderr)
     else:
         print_report(report.document, Output.for_stream(), written)
         if not args.no_plots and not plots_available():

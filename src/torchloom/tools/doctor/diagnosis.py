@@ -43,6 +43,7 @@ from torchloom.tools.doctor.layout import data_root, find_layout
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available, write_plots
 from torchloom.tools.doctor.report import build_document, duplicate_pairs
+from torchloom.tools.output_files import write_atomically
 from torchloom.tools.terminal import json_text
 
 DEFAULT_OUT = "torchloom-doctor"
@@ -80,15 +81,16 @@ class DoctorReport:
         return json_text(self.document)
 
     def write(self, out: str, *, plots: bool = True) -> list[str]:
-        """Write ``report.json`` and (with matplotlib) the plots into ``out``; return the paths."""
+        """Write ``report.json`` (atomically: whole or not at all) and (with matplotlib) the plots
+        into ``out``; return the paths."""
         os.makedirs(out, exist_ok=True)
         if plots and plots_available():
             readable = self.facts.readable
             sizes = np.stack([self.facts.height[readable], self.facts.width[readable]], axis=1)
             self.document["plots"] = write_plots(self.document, out, sizes, inside=self.facts.inside)
         path = os.path.join(out, REPORT_NAME)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json() + "\n")
+        text = (self.to_json() + "\n").encode("utf-8")
+        write_atomically(path, lambda handle: handle.write(text))  # a failed run keeps the last report
         return [path] + [os.path.join(out, name) for name in self.document["plots"]]
 
 

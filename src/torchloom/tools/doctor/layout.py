@@ -77,9 +77,13 @@ def _manifest_layout(path: str, allow_outside_root: bool) -> Discovery:
             f"(columns: {table.column_names})"
         )
     root = os.path.dirname(os.path.abspath(path))
-    images = Image(image_column).compile(table, FieldContext(root, allow_outside_root))
+    try:
+        images = Image(image_column).compile(table, FieldContext(root, allow_outside_root))
+    except ManifestError as exc:  # say which manifest; text that is not UTF-8 reads as binary
+        hint = "; save it as UTF-8 text" if pa.types.is_binary(table.schema.field(image_column).type) else ""
+        raise ManifestError(f"manifest {path!r}: {exc}{hint}") from exc
     rows = np.array([row for row in range(table.num_rows) if row not in images.invalid], dtype=np.int64)
-    class_names, labels = _categories(table, names, LABEL_COLUMNS, rows, missing=-1)
+    class_names, labels = _categories(table, names, LABEL_COLUMNS, rows, missing=-1, empty_is_missing=True)
     split_names, splits = _categories(table, names, SPLIT_COLUMNS, rows, missing=0)
     return Discovery(
         path,
@@ -94,13 +98,21 @@ def _manifest_layout(path: str, allow_outside_root: bool) -> Discovery:
 
 
 def _categories(
-    table: pa.Table, names: dict[str, str], candidates: tuple[str, ...], rows: np.ndarray, *, missing: int
+    table: pa.Table,
+    names: dict[str, str],
+    candidates: tuple[str, ...],
+    rows: np.ndarray,
+    *,
+    missing: int,
+    empty_is_missing: bool = False,
 ) -> tuple[list[str], np.ndarray]:
+    """The sorted values of the first column of ``candidates`` and each row's number among them;
+    ``missing`` for every row without the column (and, with ``empty_is_missing``, an empty cell)."""
     column = next((names[c] for c in candidates if c in names), None)
     if column is None:
         return [], np.full(len(rows), missing, dtype=np.int64)
     values = table.column(column).to_pylist()
     text = ["" if values[row] is None else str(values[row]) for row in rows.tolist()]
-    categories = sorted(set(text))
+    categories = sorted(value for value in set(text) if value.strip() or not empty_is_missing)
     lookup = {name: i for i, name in enumerate(categories)}
-    return categories, np.array([lookup[value] for value in text], dtype=np.int64)
+    return categories, np.array([lookup.get(value, missing) for value in text], dtype=np.int64)

@@ -26,9 +26,10 @@ Top-level keys (schema in :data:`torchloom.tools.doctor.schema.REPORT_SCHEMA`, v
 A **problem** (exit status 1) is: a bad file (a refused entry included), a wrong extension, an
 exact duplicate (anywhere), a near duplicate across splits (train/val leakage), a class folder
 without an image file (it keeps a label number that is never sampled), a folder beside the split
-folders (never examined: classes named like splits, or a stray folder), and no image file at
-all. Near duplicates within one split, class imbalance and quality issues are reported as
-warnings only.
+folders (never examined: classes named like splits, or a stray folder), no image file at all,
+and images without labels: a folder of images without class folders, a manifest without a label
+column, manifest rows with an empty label (each message names the layout expected). Near
+duplicates within one split, class imbalance and quality issues are reported as warnings only.
 """
 
 from __future__ import annotations
@@ -40,9 +41,16 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.datasets.discovery import REASON_BESIDE_SPLITS, REFUSAL_FIXES, Discovery, Exclusion
+from torchloom.datasets.discovery import (
+    IMAGE_EXTENSIONS,
+    REASON_BESIDE_SPLITS,
+    REFUSAL_FIXES,
+    Discovery,
+    Exclusion,
+)
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.examine import Examination
+from torchloom.tools.doctor.layout import LABEL_COLUMNS
 from torchloom.tools.doctor.perceptual import hamming
 from torchloom.tools.doctor.quality import (
     BLURRY_THRESHOLD,
@@ -202,8 +210,36 @@ def _layout_problems(layout: Discovery) -> list[tuple[str, str]]:
     if not len(layout.paths):
         counts = ", ".join(f"{count} {reason}" for reason, count in layout.counts().items())
         left_out = f" ({len(layout.excluded)} entries left out: {counts})" if counts else ""
-        problems.append(("no_images", f"no image files: nothing in {layout.root} was examined{left_out}"))
-    return problems
+        problems.append(
+            (
+                "no_images",
+                f"no image files: nothing in {layout.root} was examined{left_out}; expected image files "
+                f"({', '.join(IMAGE_EXTENSIONS)}) in {_EXPECTED}",
+            )
+        )
+    return problems + _unlabelled(layout)
+
+
+# The layouts doctor reads, as its messages name them.
+_EXPECTED = "class folders DATA/<class>/<image>, split folders DATA/<split>/<class>/<image>, or a manifest"
+
+
+def _unlabelled(layout: Discovery) -> list[tuple[str, str]]:
+    """The problem of images that have no label, naming the layout that gives them one."""
+    unlabelled = int(np.sum(layout.labels < 0))
+    if not unlabelled:
+        return []
+    if layout.layout == "files":
+        what = f"{unlabelled} image file(s) directly in {layout.root}, no class folders; expected {_EXPECTED}"
+    elif not layout.classes:
+        what = f"manifest {layout.root} has no label column; expected one of {list(LABEL_COLUMNS)}"
+    else:
+        first = int(np.flatnonzero(layout.labels < 0)[0])
+        what = (
+            f"{unlabelled} row(s) of manifest {layout.root} have an empty label "
+            f"(first: {layout.paths[first]}); give every row a label"
+        )
+    return [("unlabelled", f"unlabelled: {what}")]
 
 
 def _refusal(item: Exclusion) -> str:

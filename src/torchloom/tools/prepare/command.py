@@ -3,18 +3,21 @@
 ::
 
     torchloom prepare RAW (--labels FILE.json|FILE.csv | --rule 'LABEL:substr,...' ...) --out DIR
-        [--fractions 0.8,0.1,0.1] [--seed 0] [--materialize link|copy] [--group-duplicates] [--json]
+        [--fractions 0.8,0.1,0.1] [--seed 0] [--previous MANIFEST] [--materialize link|copy]
+        [--group-duplicates] [--json]
 
 Writes ``DIR/manifest.parquet`` and ``DIR/manifest.csv`` (see
 :mod:`torchloom.tools.prepare.pipeline` for the columns and :mod:`torchloom.tools.prepare.split` for the
 split rule), ``DIR/problems.csv`` when anything was left out, and with ``--materialize``
-``DIR/<split>/<label>/<file>``. RAW is only read.
+``DIR/<split>/<label>/<file>``. RAW is only read. A re-run keeps every file's split from the
+previous manifest (``DIR/manifest.parquet``, or ``--previous``) and places only new files.
 
 Exit status: 0 when every image was labelled and readable and every label entry matched a
 file; 1 when something was left out (unmatched, unknown, ambiguous or unreadable entries,
 duplicates with conflicting labels; the manifest of the rest is still written) or the labels
-could not be read; 2 for a usage error (missing RAW or label file, bad ``--fractions`` or
-``--rule``, ``--out`` inside RAW).
+could not be read; 2 for a usage error (missing RAW, label file or ``--previous`` manifest, bad
+``--fractions`` or ``--rule``, ``--out`` inside RAW, a previous manifest with a split that
+``--fractions`` does not make). A class left without a file in a split is a warning.
 
 Example:
     >>> import argparse
@@ -40,6 +43,7 @@ from torchloom.tools.prepare.pipeline import (
     check_output_folder,
     prepare_dataset,
 )
+from torchloom.tools.prepare.previous import previous_manifest
 from torchloom.tools.prepare.split import parse_fractions
 from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output, add_threads_argument, fail
 
@@ -78,6 +82,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the split's hash (default 0)")
     parser.add_argument(
+        "--previous",
+        metavar="MANIFEST",
+        help="the manifest of an earlier run (.parquet or .csv): its files keep their split and only "
+        "new files are placed (default: DIR/manifest.parquet when it exists)",
+    )
+    parser.add_argument(
         "--materialize",
         choices=("link", "copy"),
         help="also build DIR/<split>/<label>/<file>: hard links (copies across devices) or copies",
@@ -102,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isdir(args.raw):
             raise ConfigError(f"RAW {args.raw!r} is not a folder; pass the folder of raw images")
         rules = parse_rules(args.rule) if args.rule else None
+        if args.previous is not None and not os.path.isfile(args.previous):
+            raise MissingFileError(
+                f"--previous {args.previous!r} is not a file; pass a manifest that prepare wrote"
+            )
         check_output_folder(args.raw, args.out, materializing=args.materialize is not None)
         entries = read_label_map(args.labels) if args.labels else None
     except (MissingFileError, UnsafeFileError) as exc:  # RAW or --labels is not a file to read
@@ -120,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             group_duplicates=args.group_duplicates,
             num_threads=args.threads,
             progress=not args.json,
+            previous=previous_manifest(args.out, args.previous),
         )
     except (TorchloomError, OSError) as exc:
         return fail("prepare", exc)
@@ -145,6 +160,10 @@ def report_dict(result: PrepareResult, args: argparse.Namespace, status: int) ->
             for label, row in zip(result.classes, counts, strict=True)
         },
         "rebalanced": _rebalanced(result),
+        "previous": result.previous,
+        "kept": result.kept,
+        "moved_to_duplicate_group": result.moved_to_group,
+        "warnings": result.warnings,
         "duplicate_groups": result.duplicate_groups,
         "materialize": args.materialize,
         "copied_instead_of_linked": result.copied_instead_of_linked,
@@ -171,10 +190,22 @@ def print_report(out: Output, result: PrepareResult, args: argparse.Namespace) -
         ["class", *names, "total"],
         rows,
     )
+    if result.previous is not None:
+        out.line(
+            f"{result.kept} file(s) kept their split from {result.previous}; "
+            f"{result.manifest.num_rows - result.kept - result.moved_to_group} new file(s) placed"
+        )
+    if result.moved_to_group:
+        out.line(
+            f"{result.moved_to_group} old file(s) moved to the split of a duplicate of theirs "
+            "(--group-duplicates keeps each group in one split)"
+        )
     out.line(
-        f"{_rebalanced(result)} file(s) moved out of their hash split to balance classes within ±1 of the "
-        "targets (column 'rebalanced')"
+        f"{_rebalanced(result)} file(s) outside their hash split, to give each class the counts nearest "
+        "the fractions (column 'rebalanced')"
     )
+    for warning in result.warnings:
+        out.line(f"warning: {warning}")
     if args.group_duplicates:
         out.line(f"{result.duplicate_groups} duplicate group(s) kept together, each in one split")
     for kind in PROBLEM_KINDS:

@@ -123,7 +123,8 @@ def read_label_map(path: str) -> list[tuple[str, str]]:
     JSON: one object mapping relative paths to labels (strings or integers). CSV: a header row
     with a path column (one of :data:`CSV_PATH_COLUMNS`) and a label column (one of
     :data:`CSV_LABEL_COLUMNS`). A malformed file raises :class:`ManifestError` naming it (and the
-    line, for CSV).
+    line, for CSV). A path given twice is two entries (in JSON too, where a parser would keep the
+    last): with two labels, :func:`label_by_map` reports the file ambiguous.
 
     Example:
         >>> import os, tempfile
@@ -145,26 +146,32 @@ def read_label_map(path: str) -> list[tuple[str, str]]:
 
 
 def _read_json_map(path: str, text: str) -> list[tuple[str, str]]:
-    try:
-        mapping = json.loads(text)
+    try:  # every key/value pair, as written: a key given twice is two entries, as two CSV rows are
+        mapping = json.loads(text, object_pairs_hook=_JsonPairs)
     except json.JSONDecodeError as exc:
         raise ManifestError(
             f"label file {path!r} line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
         ) from exc
-    if not isinstance(mapping, dict):
+    if not isinstance(mapping, _JsonPairs):
         raise ManifestError(
             f"label file {path!r} must hold one JSON object mapping relative paths to labels, "
             f'e.g. {{"scratch/1.jpg": "scratch"}}; it holds a {type(mapping).__name__}'
         )
     entries = []
-    for key, label in mapping.items():
+    for key, label in mapping:
         if isinstance(label, bool) or not isinstance(label, (str, int)) or label == "":
+            shown = dict(label) if isinstance(label, _JsonPairs) else label
             raise ManifestError(
-                f"label file {path!r}: entry {key!r} has label {label!r}; labels must be non-empty "
+                f"label file {path!r}: entry {key!r} has label {shown!r}; labels must be non-empty "
                 "strings or integers"
             )
         entries.append((key, str(label)))
     return entries
+
+
+class _JsonPairs(list[tuple[str, object]]):
+    """A JSON object's key/value pairs in file order, duplicates kept (``json.loads``'s dict keeps
+    the last value of a key given twice, silently)."""
 
 
 def _read_csv_map(path: str, handle: object) -> list[tuple[str, str]]:

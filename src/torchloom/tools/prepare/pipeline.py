@@ -4,13 +4,16 @@
 map or filename rules, splits them with :func:`torchloom.tools.prepare.split.stratified_split`, and
 writes ``OUT/manifest.parquet`` and ``OUT/manifest.csv`` (plus ``OUT/problems.csv`` listing
 every file or label entry left out, when there are any). With ``materialize``, it also builds
-``OUT/<split>/<label>/<file>`` folders.
+``OUT/<split>/<label>/<file>`` folders. A re-run keeps the split of every file the previous
+manifest placed (``OUT/manifest.parquet``, or ``previous=``) and places only the new ones.
 
 Manifest columns: ``image`` (the path :class:`torchloom.ManifestDataset` reads: relative to OUT
 when materialized, so ``ManifestDataset("OUT/manifest.parquet")`` works as is; otherwise
 relative to RAW, so pass ``root=RAW``), ``label``, ``split``, ``source`` (the path relative to
 RAW), ``blake2b`` (128-bit content hash), ``rebalanced`` (moved out of its hash split by
-balancing) and ``duplicate_group`` (``-1`` when not grouped).
+balancing) and ``duplicate_group`` (``-1`` when not grouped). ``manifest.csv`` holds the same,
+escaped for spreadsheets (:mod:`torchloom.tools.output_files`: a path that would run as a formula
+gets ``./`` before it); every file is written atomically.
 
 Example:
     >>> import numpy as np, os, simplejpeg, tempfile
@@ -28,23 +31,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import pyarrow.parquet as pa_parquet
 
 from torchloom.datasets.discovery import Exclusion, find_tree
 from torchloom.errors import ConfigError
 from torchloom.io.files import lies_inside
 from torchloom.tools.doctor.duplicates import duplicate_groups
+from torchloom.tools.output_files import refuse_output_inside, write_atomically, write_csv
 from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
 from torchloom.tools.prepare.materialize import MaterializeMode, check_folder_name, materialize, target_names
+from torchloom.tools.prepare.previous import previous_manifest, read_previous_splits
 from torchloom.tools.prepare.raw import FileCheck, check_files
-from torchloom.tools.prepare.split import SPLIT_NAMES, stratified_split
+from torchloom.tools.prepare.split import NEW, SPLIT_NAMES, stratified_split
 from torchloom.tools.terminal import Output, printable
 
 __all__ = ["PrepareResult", "parse_rules", "prepare_dataset"]
@@ -56,6 +60,8 @@ STAGING_FOLDER = ".torchloom-prepare-staging"
 METADATA_KEY = b"torchloom.prepare"
 #: Problem kinds, in the order they are reported.
 PROBLEM_KINDS = ("unmatched", "unknown label entry", "ambiguous", "unreadable", "duplicate label conflict")
+#: Manifest columns holding paths (escaped as paths in manifest.csv).
+PATH_COLUMNS = ("image", "source")
 
 
 @dataclass
@@ -71,6 +77,13 @@ class PrepareResult:
     duplicate_groups: int = 0
     copied_instead_of_linked: int = 0
     written: list[str] = field(default_factory=list)
+    #: The previous manifest whose splits were kept (``None``: none was read), how many files kept
+    #: their split from it, and how many it placed elsewhere moved to join a duplicate group.
+    previous: str | None = None
+    kept: int = 0
+    moved_to_group: int = 0
+    #: Warnings that do not leave anything out: a class without a file in a split.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def problem_count(self) -> int:
@@ -78,23 +91,21 @@ class PrepareResult:
 
     def counts(self) -> np.ndarray:
         """Files per class (rows, in :attr:`classes` order) and split (columns)."""
-        labels = np.asarray(self.manifest.column("label").to_pylist(), dtype=object)
-        splits = np.asarray(self.manifest.column("split").to_pylist(), dtype=object)
-        return np.array(
-            [[int(np.sum((labels == c) & (splits == s))) for s in self.split_names] for c in self.classes],
-            dtype=np.int64,
-        ).reshape(len(self.classes), len(self.split_names))
+        class_number = {label: number for number, label in enumerate(self.classes)}
+        split_number = {split: number for number, split in enumerate(self.split_names)}
+        counts = np.zeros((len(self.classes), len(self.split_names)), dtype=np.int64)
+        rows = [class_number[label] for label in self.manifest.column("label").to_pylist()]
+        columns = [split_number[split] for split in self.manifest.column("split").to_pylist()]
+        np.add.at(counts, (np.asarray(rows, np.int64), np.asarray(columns, np.int64)), 1)
+        return counts
 
 
 def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
     """Refuse an ``out`` inside ``raw`` (raw is never written), a ``raw`` that a rebuild of
     ``out``'s split folders would delete, and (when ``materializing``) split folders in ``out``
     that prepare did not make."""
+    refuse_output_inside(raw, out, "RAW", "prepare never writes into RAW")
     real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
-    if lies_inside(real_out, real_raw):
-        raise ConfigError(
-            f"--out {out!r} is inside RAW {raw!r}; prepare never writes into RAW, choose another folder"
-        )
     for name in (*SPLIT_NAMES, STAGING_FOLDER):
         if lies_inside(real_raw, os.path.join(real_out, name)):
             raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
@@ -119,16 +130,22 @@ def prepare_dataset(
     group_duplicates: bool = False,
     num_threads: int | None = None,
     progress: bool = True,
+    previous: str | None = None,
 ) -> PrepareResult:
     """Label, check, split and write (see the module docstring); give ``label_entries`` (from
     :func:`torchloom.tools.prepare.labels.read_label_map`) or ``rules``. ``materialize``:
     ``"link"`` or ``"copy"`` also builds the ``out/<split>/<label>/`` folders (``--materialize``).
+    ``previous``: the manifest of an earlier run whose files keep their split (default:
+    ``out/manifest.parquet`` when there is one; see :mod:`torchloom.tools.prepare.split`).
     ``num_threads``: threads checking and hashing the files (default: the one rule for file work,
     see :class:`~torchloom.datasets.IndexingOptions`). ``progress``: a progress bar while they run,
     shown on a terminal once the work has taken a second."""
     if (label_entries is None) == (rules is None):
         raise ConfigError("give exactly one of label_entries= (a label map) or rules= (filename rules)")
     check_output_folder(raw, out, materializing=materialize is not None)
+    names = tuple(SPLIT_NAMES[: len(fractions)])
+    previous = previous_manifest(out, previous)
+    previous_splits = read_previous_splits(previous, names) if previous is not None else {}
     found = find_tree(raw)  # never follows a link out of RAW; hidden entries are left out
     inside = os.path.realpath(raw)  # and no read does either, whatever changes after the walk
     files = found.relative_paths()
@@ -148,7 +165,6 @@ def prepare_dataset(
     ]
     paths = [files[i] for i in rows]
     labels = [str(labelling.labels[i]) for i in rows]
-    names = tuple(SPLIT_NAMES[: len(fractions)])
     classes = sorted(set(labels))
     if materialize is not None:
         for label in classes:
@@ -158,13 +174,11 @@ def prepare_dataset(
     groups = duplicate_groups(kept, num_threads=num_threads) if group_duplicates else []
     unit_of, group_of = _units(len(paths), groups)
     problems["duplicate label conflict"] = _label_conflicts(groups, paths, labels)
-    representative = {
-        unit: min(paths[i] for i in np.flatnonzero(unit_of == unit)) for unit in set(unit_of.tolist())
-    }
-    by_path = {path: i for i, path in enumerate(paths)}
-    unit_keys = [representative[unit] for unit in range(len(representative))]
-    unit_classes = np.array([classes.index(labels[by_path[key]]) for key in unit_keys], dtype=np.int64)
-    result = stratified_split(unit_keys, unit_classes, fractions, seed=seed)
+    first, unit_previous = _unit_firsts(paths, unit_of, previous_splits)
+    class_number = {label: number for number, label in enumerate(classes)}
+    unit_keys = [paths[row] for row in first.tolist()]
+    unit_classes = np.array([class_number[labels[row]] for row in first.tolist()], dtype=np.int64)
+    result = stratified_split(unit_keys, unit_classes, fractions, seed=seed, previous=unit_previous)
     split = [names[result.split[unit]] for unit in unit_of]
     table = pa.table(
         {
@@ -178,7 +192,12 @@ def prepare_dataset(
         }
     )
     ignored = [item._replace(path=found.relative(item.path)) for item in found.excluded if not item.refused]
-    prepared = PrepareResult(table, names, classes, problems, ignored, len(groups))
+    prepared = PrepareResult(table, names, classes, problems, ignored, len(groups), previous=previous)
+    before = np.array([previous_splits.get(path, NEW) for path in paths], dtype=np.int64)
+    placed, after = before != NEW, result.split[unit_of]
+    prepared.kept = int(np.sum(placed & (after == before)))
+    prepared.moved_to_group = int(np.sum(placed & (after != before)))
+    prepared.warnings = _empty_splits(prepared, fractions)
     if paths:
         _write(prepared, raw, out, fractions, seed, materialize, inside)
     return prepared
@@ -229,6 +248,44 @@ def _units(count: int, groups: list[list[int]]) -> tuple[np.ndarray, np.ndarray]
     return unit_of, group_of
 
 
+def _unit_firsts(
+    paths: list[str], unit_of: np.ndarray, previous: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit: the row of its smallest path (its key and its label), and the split the previous
+    manifest gave its smallest path that it names (:data:`NEW` when it names none). One pass."""
+    count = int(unit_of.max()) + 1 if len(unit_of) else 0
+    first = np.full(count, -1, dtype=np.int64)
+    placed = np.full(count, -1, dtype=np.int64)  # the row whose previous split the unit keeps
+    for row, unit in enumerate(unit_of.tolist()):
+        if first[unit] < 0 or paths[row] < paths[first[unit]]:
+            first[unit] = row
+        if paths[row] in previous and (placed[unit] < 0 or paths[row] < paths[placed[unit]]):
+            placed[unit] = row
+    unit_previous = np.array(
+        [NEW if row < 0 else previous[paths[row]] for row in placed.tolist()], dtype=np.int64
+    )
+    return first, unit_previous
+
+
+def _empty_splits(prepared: PrepareResult, fractions: Sequence[float]) -> list[str]:
+    """A warning per class left without a file in a split that its fraction asks files for."""
+    wanted = ",".join(f"{fraction:g}" for fraction in fractions)
+    warnings = []
+    for label, row in zip(prepared.classes, prepared.counts(), strict=True):
+        empty = [
+            name
+            for name, fraction, count in zip(prepared.split_names, fractions, row.tolist(), strict=True)
+            if fraction > 0 and count == 0
+        ]
+        if empty:
+            splits = " or ".join(empty)
+            warnings.append(
+                f"class {label!r} has no {splits} file ({int(row.sum())} file(s) at --fractions {wanted}): "
+                f"add files of it, or it cannot be evaluated in {splits}"
+            )
+    return warnings
+
+
 def _label_conflicts(groups: list[list[int]], paths: list[str], labels: list[str]) -> list[tuple[str, str]]:
     conflicts = []
     for group in groups:
@@ -267,8 +324,8 @@ def _write(
     settings = {"raw": os.path.abspath(raw), "fractions": list(fractions), "seed": seed, "materialize": mode}
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(settings).encode()})
     parquet, csv = (os.path.join(out, f"{MANIFEST_STEM}{suffix}") for suffix in (".parquet", ".csv"))
-    _atomic(parquet, lambda path: pa_parquet.write_table(table, path))
-    _atomic(csv, lambda path: pa_csv.write_csv(table, path))
+    write_atomically(parquet, lambda handle: pa_parquet.write_table(table, handle))
+    write_atomically(csv, lambda handle: write_csv(table, handle, path_columns=PATH_COLUMNS))
     prepared.written = [parquet, csv]
     problems = os.path.join(out, PROBLEMS_FILE)
     rows = [(kind, name, reason) for kind, items in prepared.problems.items() for name, reason in items]
@@ -276,7 +333,7 @@ def _write(
         kinds, names, reasons = zip(*rows, strict=True)
         names = tuple(printable(name) for name in names)  # a name that is not UTF-8, still named
         problem_table = pa.table({"kind": list(kinds), "name": list(names), "reason": list(reasons)})
-        _atomic(problems, lambda path: pa_csv.write_csv(problem_table, path))
+        write_atomically(problems, lambda handle: write_csv(problem_table, handle, path_columns=("name",)))
         prepared.written.append(problems)
     elif os.path.exists(problems):
         os.remove(problems)
@@ -293,13 +350,3 @@ def _image_paths(table: pa.Table) -> list[str]:
         for row, name in zip(rows, target_names([sources[r] for r in rows]), strict=True):
             images[row] = f"{split}/{label}/{name}"
     return images
-
-
-def _atomic(path: str, write: Callable[[str], None]) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
