@@ -63,6 +63,12 @@ class Skipped:
     :func:`torchloom.collate` drops it and records it. Anything that treats it as a sample (torch's
     default collate, indexing it like a dict) gets a :class:`SkippedSampleError` saying so and
     naming the fix.
+
+    Example:
+        >>> from torchloom import Skipped, collate
+        >>> marker = Skipped(3, "cat.jpg", "DecodeError", "file is empty (0 bytes)")
+        >>> collate([marker])["skipped"][0].path
+        'cat.jpg'
     """
 
     index: int
