@@ -53,7 +53,18 @@ METADATA_FOLDERS = frozenset({"__MACOSX", "@eaDir", "$RECYCLE.BIN", "System Volu
 
 
 class Exclusion(NamedTuple):
-    """A file or folder left out: its path, one of the ``REASON_*`` wordings and any detail."""
+    """A file or folder left out: its path, one of the ``REASON_*`` wordings and any detail.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.datasets import find_samples
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     os.makedirs(os.path.join(root, "cat"))
+        ...     _ = open(os.path.join(root, "cat", "notes.txt"), "w").write("x")
+        ...     (exclusion,) = find_samples(root).excluded
+        ...     print(os.path.basename(exclusion.path), "|", exclusion.text, "|", exclusion.refused)
+        notes.txt | extension not in extensions | False
+    """
 
     path: str
     reason: str
