@@ -21,12 +21,6 @@ step 3 may. Moved units are those nearest a boundary, so the set moved across a 
 or shrinks at its edge: when files are added, the old files whose split changes are among those
 moved by balancing before or after (``rebalanced`` in the manifest), typically a handful per
 class (the change in the class's hash-sampling imbalance), never a reshuffle.
-
-Example:
-    >>> keys = [f"img_{i}.jpg" for i in range(10)]
-    >>> result = stratified_split(keys, np.zeros(10, np.int64), (0.8, 0.2), seed=0)
-    >>> np.bincount(result.split, minlength=2).tolist()
-    [8, 2]
 """
 
 from __future__ import annotations
@@ -52,7 +46,16 @@ _HASH_BITS = 53
 @dataclass(frozen=True)
 class SplitResult:
     """Per unit: the split number (index into the split names), the hash split it started in,
-    and the hash value ``u``."""
+    and the hash value ``u``.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.tools.prepare import stratified_split
+        >>> classes = np.array([0, 0, 0, 0, 1, 1])
+        >>> result = stratified_split([f"{i}.jpg" for i in range(6)], classes, (0.5, 0.5), seed=0)
+        >>> result.split.shape, bool(((result.u >= 0) & (result.u < 1)).all())
+        ((6,), True)
+    """
 
     split: np.ndarray
     hash_split: np.ndarray
@@ -106,7 +109,18 @@ def unit_hash(key: str, seed: int) -> float:
 def stratified_split(
     keys: Sequence[str], classes: np.ndarray, fractions: Sequence[float], *, seed: int
 ) -> SplitResult:
-    """Assign each unit (``keys[i]`` of class ``classes[i]``) a split, by the module's rule."""
+    """Assign each unit (``keys[i]`` of class ``classes[i]``) a split: by a seeded hash of its key,
+    then balanced per class to within one unit of each fraction, moving the units nearest a
+    boundary (the rule, exactly: :mod:`torchloom.tools.prepare.split`'s notes).
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.tools.prepare import stratified_split
+        >>> keys = [f"img_{i}.jpg" for i in range(10)]
+        >>> result = stratified_split(keys, np.zeros(10, np.int64), (0.8, 0.2), seed=0)
+        >>> np.bincount(result.split, minlength=2).tolist()
+        [8, 2]
+    """
     if len(keys) != len(classes):
         raise ConfigError(f"{len(keys)} keys but {len(classes)} classes")
     edges = np.concatenate([[0.0], np.cumsum(fractions, dtype=np.float64)])
