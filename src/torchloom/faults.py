@@ -6,6 +6,7 @@ sample. :func:`torchloom.collate` drops the markers and lists them in the batch 
 made it, so the user sees exactly what was not trained on.
 
 Example:
+    >>> from torchloom import FaultPolicy
     >>> policy = FaultPolicy.parse("skip")
     >>> result = policy.run(3, "bad.jpg", lambda: open("/nonexistent/bad.jpg", "rb"))
     >>> result.index, result.error

@@ -1,11 +1,12 @@
 """HyperspectralDataset: whole cubes with a label each, or pixel-centred patches of labelled pixels.
 
-Cubes are ENVI files or HDF5 datasets (or any :class:`torchloom.io.cube.CubeSource`), read
+Cubes are ENVI files or HDF5 datasets (or any :class:`torchloom.io.CubeSource`), read
 lazily: a patch reads only its window (a memmap slice, or an h5py slice), never the whole cube.
 The index is three int32 arrays (cube, row, col) plus the labels, built once at construction.
 
 Example:
     >>> import numpy as np
+    >>> from torchloom.datasets import HyperspectralDataset
     >>> from torchloom.io import ArrayCube
     >>> cube = ArrayCube(np.arange(5 * 5 * 3, dtype=np.int16).reshape(5, 5, 3), path="scene")
     >>> mask = np.zeros((5, 5), np.int64)
