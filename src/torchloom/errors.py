@@ -71,8 +71,8 @@ __all__ = [
 class TorchloomError(Exception):
     """Base class of every error torchloom raises on purpose.
 
-    Raised only as one of its subclasses: ``except TorchloomError`` catches every error torchloom
-    raises on purpose.
+    Raised by torchloom only as one of its subclasses: ``except TorchloomError`` catches every error
+    torchloom raises on purpose.
     """
 
 

@@ -207,8 +207,9 @@ def label_by_map(files: Sequence[str], entries: Sequence[tuple[str, str]]) -> La
     """Label ``files`` (relative POSIX paths) from map entries.
 
     Entries naming no file in ``files`` are unknown; a file given two different labels is
-    ambiguous; files without an entry are unmatched. Names match in NFC (see the module docstring):
-    an entry labels every file whose name is the same in NFC.
+    ambiguous; files without an entry are unmatched. Names match in Unicode normal form NFC (a name
+    typed on Linux matches the same name copied from macOS): an entry labels every file whose name
+    is the same in NFC.
 
     Example:
         >>> result = label_by_map(["a.jpg", "b.jpg"], [("a.jpg", "ok"), ("gone.jpg", "ok")])
