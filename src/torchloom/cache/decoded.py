@@ -96,7 +96,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
     a folder that is not a torchloom cache is refused (:class:`NotACacheError`), never overwritten.
     Builders in several processes wait for each other through ``<path>.lock``; the later ones use
     the first one's cache. Samples ``dataset`` fails to decode under ``on_error="skip"`` are listed
-    in :attr:`report` and read as :class:`torchloom.Skipped` (or raise, under ``"raise"``).
+    in ``report`` and read as :class:`torchloom.Skipped` (or raise, under ``"raise"``).
 
     The cache pickles without its memory maps (DataLoader workers map the files again), and every
     process maps the same pages: one copy in memory serves every worker.

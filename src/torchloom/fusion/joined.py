@@ -92,7 +92,7 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
         on: the key column (a ``JoinKey`` field of a ManifestDataset, a column of a table).
         how: ``"inner"`` keeps keys every source has; ``"left"`` keeps every key of the first source.
         missing: for a ``"left"`` key that another source lacks: ``"drop"`` the sample (counted in
-            :attr:`report`), or ``"mask"``: keep it, with that source's fields zero-filled (zeros of the
+            ``report``), or ``"mask"``: keep it, with that source's fields zero-filled (zeros of the
             right shape, ``""``, ``False``) and ``<name>_present`` False. With ``"mask"`` every sample
             has a ``<name>_present`` flag per source.
 

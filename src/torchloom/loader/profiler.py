@@ -42,8 +42,8 @@ class _Timeline:
 class LoaderProfiler:
     """Time a loader inside a real training loop: each ``next()`` (the loop waiting for data) apart
     from the rest of the step, the first batch apart from the steady state, and, for torchloom
-    datasets, the read, decode, transform, collate and hand-off times of every worker; the
-    :meth:`report` ends with a verdict and the change most likely to help.
+    datasets, the read, decode, transform, collate and hand-off times of every worker; its report
+    ends with a verdict and the change most likely to help.
 
     Use ``for batch in LoaderProfiler(loader): ...``, or ``profiler(loader)`` to profile another
     loader with the same profiler, then :meth:`report`. Attach it before the loader's workers

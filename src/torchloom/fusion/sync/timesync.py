@@ -55,7 +55,7 @@ class TimeSync(Dataset[dict[str, Any]]):
     for datetime64. Offline, integer times must span less than 2**63 units (checked, so int64
     differences never wrap); online, Python integers have no bound.
 
-    **Nothing lost silently**: :attr:`report` counts every input record as used (taken by a kept
+    **Nothing lost silently**: ``report`` counts every input record as used (taken by a kept
     tick — with ``on_gap="mask"`` also when it was too far away and its value masked), dropped
     (taken only by dropped ticks) or skipped (between ticks, or replaced by a later record with
     the same timestamp: equal timestamps keep their last record). Timestamps must not decrease and
@@ -165,7 +165,7 @@ class TimeSync(Dataset[dict[str, Any]]):
     # --- online --------------------------------------------------------------------------------
 
     def stream(self) -> Iterator[dict[str, Any]]:
-        """Align the streams online, reading each once; :attr:`report` is complete when the pass ends."""
+        """Align the streams online, reading each once; ``report`` is complete when the pass ends."""
         single_use = [
             name for name, stream in self._sources.items() if not callable(stream) and iter(stream) is stream
         ]
