@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import importlib.metadata
 import inspect
@@ -228,6 +229,64 @@ def test_every_error_type_is_exported_from_torchloom_errors() -> None:
     exported = {getattr(torchloom.errors, name) for name in torchloom.errors.__all__}
     assert defined <= exported, sorted(error.__name__ for error in defined - exported)
     assert all(error.__module__ == "torchloom.errors" for error in defined)
+
+
+def _has_example(doc: str | None) -> bool:
+    """A Google-style ``Example:`` section holding a doctest."""
+    return bool(doc) and re.search(r"^\s*Examples?:\s*$", doc, flags=re.M) is not None and ">>>" in doc
+
+
+def _public_callables() -> dict[str, object]:
+    """Every public class and function, once, under the first public name that exports it."""
+    return {
+        name: value
+        for value_id, name in _public_values().items()
+        if inspect.isclass(value := _value_of(name)) or inspect.isfunction(value)
+    }
+
+
+def _value_of(dotted: str) -> object:
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_every_public_class_and_function_has_an_example() -> None:
+    """Its own docstring shows typical use in an ``Example:`` doctest. An error type instead says
+    what raises it (``Raised by ...``) and shares the Example of :mod:`torchloom.errors`."""
+    assert _has_example(torchloom.errors.__doc__)
+    missing = []
+    for name, value in _public_callables().items():
+        doc = value.__doc__  # its own, not inherited
+        if isinstance(value, type) and issubclass(value, BaseException):
+            if not doc or "Raised by" not in doc:
+                missing.append(name)
+        elif not _has_example(doc):
+            missing.append(name)
+    assert not missing, missing
+
+
+def _shown_modules() -> list[str]:
+    """The public modules and, below each, the modules defining what it exports: the reference shows
+    their docstrings."""
+    shown = {"torchloom", *SUBPACKAGES}
+    for page in ("torchloom", *SUBPACKAGES):
+        for name in importlib.import_module(page).__all__:
+            defined_in = getattr(getattr(importlib.import_module(page), name), "__module__", None)
+            if isinstance(defined_in, str) and defined_in.startswith(page + "."):
+                shown.add(defined_in)
+    return sorted(shown)
+
+
+@pytest.mark.parametrize("module_name", _shown_modules())
+def test_module_examples_import_what_they_use(module_name: str) -> None:
+    """A module docstring's example runs with nothing but its own imports, so every name it calls
+    is one a reader can import (the module's private helpers show theirs in their own docstrings)."""
+    module = importlib.import_module(module_name)
+    for test in doctest.DocTestFinder(recurse=False).find(module, module_name, globs={}):
+        runner = doctest.DocTestRunner()
+        failures: list[str] = []
+        runner.run(test, out=failures.append)
+        assert runner.failures == 0, "".join(failures)
 
 
 def test_the_version_is_written_once() -> None:

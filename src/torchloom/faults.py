@@ -6,6 +6,7 @@ sample. :func:`torchloom.collate` drops the markers and lists them in the batch 
 made it, so the user sees exactly what was not trained on.
 
 Example:
+    >>> from torchloom import FaultPolicy
     >>> policy = FaultPolicy.parse("skip")
     >>> result = policy.run(3, "bad.jpg", lambda: open("/nonexistent/bad.jpg", "rb"))
     >>> result.index, result.error
@@ -63,6 +64,12 @@ class Skipped:
     :func:`torchloom.collate` drops it and records it. Anything that treats it as a sample (torch's
     default collate, indexing it like a dict) gets a :class:`SkippedSampleError` saying so and
     naming the fix.
+
+    Example:
+        >>> from torchloom import Skipped, collate
+        >>> marker = Skipped(3, "cat.jpg", "DecodeError", "file is empty (0 bytes)")
+        >>> collate([marker])["skipped"][0].path
+        'cat.jpg'
     """
 
     index: int

@@ -5,6 +5,7 @@ a generator with :func:`sample_rng`, so augmentation is the same for any number 
 after a resume, yet differs between epochs.
 
 Example:
+    >>> from torchloom import SampleKey, sample_rng
     >>> key = SampleKey(7, epoch=2)
     >>> int(key), key.epoch
     (7, 2)

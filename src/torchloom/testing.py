@@ -5,6 +5,7 @@ lines, ...), so they compress like photographs and a small CNN can learn the cla
 
 Example:
     >>> import numpy as np
+    >>> from torchloom.testing import synthetic_image
     >>> image = synthetic_image(np.random.default_rng(0), 64, 80, label=1)
     >>> image.shape, image.dtype
     ((64, 80, 3), dtype('uint8'))
@@ -36,7 +37,15 @@ JPEG_QUALITY = 90
 
 
 def synthetic_image(rng: np.random.Generator, height: int, width: int, label: int) -> np.ndarray:
-    """An RGB ``uint8`` image whose dominant shape is chosen by ``label``."""
+    """An RGB ``uint8`` image whose dominant shape is chosen by ``label``.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.testing import synthetic_image
+        >>> first, again = (synthetic_image(np.random.default_rng(0), 32, 48, label=2) for _ in range(2))
+        >>> first.shape, first.dtype, bool((first == again).all())  # the same generator, the same image
+        ((32, 48, 3), dtype('uint8'), True)
+    """
     ys = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None, None]
     xs = np.linspace(0.0, 1.0, width, dtype=np.float32)[None, :, None]
     start, direction = rng.uniform(30, 200, 3), rng.uniform(-80, 80, (2, 3))
@@ -68,7 +77,16 @@ def synthetic_image(rng: np.random.Generator, height: int, width: int, label: in
 
 @dataclass
 class PlantedFaults:
-    """Paths of the broken files planted in a generated dataset, by kind."""
+    """Paths of the broken files planted in a generated dataset, by kind.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.testing import write_class_folders
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     planted = write_class_folders(root, [2], size=(8, 8), empty=1, not_an_image=2, progress=False)
+        ...     print(len(planted.all), [os.path.basename(path) for path in planted.empty])
+        3 ['broken_empty_0.jpg']
+    """
 
     truncated: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)
@@ -95,6 +113,16 @@ def write_class_folders(
 
     Truncated files pass a header check and fail when decoded; empty and text files fail the
     header check. Returns where the faults were planted.
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom import FolderDataset
+        >>> from torchloom.testing import write_class_folders
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     planted = write_class_folders(root, [3, 2], size=(16, 16), truncated=1, progress=False)
+        ...     dataset = FolderDataset(root, validate="exists", progress=False)
+        ...     print(dataset.classes, len(dataset), len(planted.truncated))
+        ['class_0', 'class_1'] 6 1
     """
     names = list(class_names) if class_names is not None else [f"class_{i}" for i in range(len(counts))]
     if len(names) != len(counts):

@@ -8,6 +8,7 @@ the main process and its threads) that torchloom's datasets add their stage time
 the main process. Unattached (the default), datasets time nothing.
 
 Example:
+    >>> from torchloom.loader import StageClock
     >>> clock = StageClock()
     >>> clock.add("decode", 0.25); clock.add("decode", 0.25); clock.add("read", 0.5)
     >>> clock.totals()["decode"], clock.totals()["read"]
@@ -35,11 +36,22 @@ T = TypeVar("T")
 
 
 class StageClock:
-    """Seconds per stage, per process, in shared memory (see the module docstring).
+    """Seconds per stage (read, decode, transform, collate), per process, in shared memory: one row
+    per DataLoader worker and one for the main process, which torchloom's datasets add to while a
+    :class:`~torchloom.LoaderProfiler` is attached, and which the profiler reads.
 
     Additions collect in plain floats in the process and reach the shared table once per batch
     (:meth:`flush`, called by the timed collate) or when read: a tensor write per sample stage
     would cost more than the stages it times.
+
+    Example:
+        >>> from torchloom.loader import StageClock
+        >>> clock = StageClock()
+        >>> with clock.timing("decode"):
+        ...     pass  # the decode being timed
+        >>> clock.add("read", 0.5)
+        >>> clock.totals()["read"], clock.totals()["decode"] >= 0
+        (0.5, True)
     """
 
     def __init__(self) -> None:

@@ -1,6 +1,7 @@
 """Caches: decode once into a memory-mapped file every worker shares; memoise cheap work per process.
 
 Example:
+    >>> from torchloom.cache import LRUCache
     >>> cache = LRUCache(max_bytes=1 << 20)
     >>> cache.get("answer", lambda: 42), cache.stats.misses
     (42, 1)

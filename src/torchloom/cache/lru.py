@@ -48,7 +48,17 @@ def size_of(value: Any) -> int:
 
 @dataclass(frozen=True)
 class CacheStats:
-    """A snapshot of an :class:`LRUCache`'s counters."""
+    """A snapshot of an :class:`LRUCache`'s counters.
+
+    Example:
+        >>> from torchloom.cache import LRUCache
+        >>> cache = LRUCache(max_bytes=1 << 20)
+        >>> for key in ("a", "b", "a"):
+        ...     _ = cache.get(key, lambda: b"0123")
+        >>> stats = cache.stats
+        >>> stats.hits, stats.misses, stats.entries, stats.bytes
+        (1, 2, 2, 8)
+    """
 
     hits: int
     misses: int

@@ -11,6 +11,7 @@ reuses.
 
 Example:
     >>> import torch
+    >>> from torchloom import collate
     >>> batch = collate([{"x": torch.zeros(2), "y": 1}, {"x": torch.ones(2), "y": 0}])
     >>> batch["x"].shape, batch["y"].tolist()
     (torch.Size([2, 2]), [1, 0])
@@ -39,7 +40,18 @@ def split_skipped(batch: Sequence[Any]) -> tuple[list[Any], list[Skipped]]:
 
 
 def collate(batch: Sequence[Any]) -> Any:
-    """Batch a list of samples (see the module docstring)."""
+    """Batch a list of samples: stack equal-shape tensors and arrays, turn numbers into tensors,
+    keep strings as lists, recurse into dicts, tuples and lists, and list skipped samples under
+    ``batch["skipped"]``.
+
+    Example:
+        >>> import torch
+        >>> from torchloom import Skipped, collate
+        >>> skipped = Skipped(1, "b.jpg", "DecodeError", "truncated")
+        >>> batch = collate([{"x": torch.zeros(3), "path": "a.jpg"}, skipped])
+        >>> batch["x"].shape, batch["path"], len(batch["skipped"])
+        (torch.Size([1, 3]), ['a.jpg'], 1)
+    """
     samples, skipped = split_skipped(batch)
     if not samples:
         return {SKIPPED_KEY: skipped}

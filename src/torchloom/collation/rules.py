@@ -7,6 +7,7 @@ CUDA or autograd; outputs are plain CPU tensors, fine with ``pin_memory=True``.
 
 Example:
     >>> import torch
+    >>> from torchloom.collation import AsList, Collate, PadImages, PadSequences
     >>> batch = Collate({"image": PadImages(), "tokens": PadSequences(), "name": AsList()})([
     ...     {"image": torch.ones(3, 2, 3, dtype=torch.uint8), "tokens": [5, 6, 7], "name": "a"},
     ...     {"image": torch.ones(3, 4, 2, dtype=torch.uint8), "tokens": [8], "name": "b"},
@@ -35,7 +36,18 @@ from torchloom.seeding import rng_for_key
 
 
 class CollateRule(Protocol):
-    """Turns one field's values across a batch into named outputs."""
+    """Turns one field's values across a batch into named outputs.
+
+    Any callable taking ``(field, values, samples)`` and returning a dict of outputs satisfies it.
+
+    Example:
+        >>> import torch
+        >>> from torchloom.collation import Collate
+        >>> def total(field, values, samples):
+        ...     return {f"{field}_sum": torch.tensor(sum(values))}
+        >>> Collate({"n": total})([{"n": 2}, {"n": 3}])
+        {'n_sum': tensor(5)}
+    """
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]: ...
 
@@ -51,6 +63,7 @@ class Collate:
 
     Example:
         >>> import torch
+        >>> from torchloom.collation import Collate, Stack
         >>> Collate({"x": Stack()})([{"x": torch.zeros(2)}, {"x": torch.ones(2)}])["x"].shape
         torch.Size([2, 2])
     """
@@ -106,7 +119,14 @@ class Collate:
 
 @dataclass(frozen=True)
 class Stack:
-    """Stack equal-shape values (an error naming the field and shapes otherwise)."""
+    """Stack equal-shape values (an error naming the field and shapes otherwise).
+
+    Example:
+        >>> import torch
+        >>> from torchloom.collation import Stack
+        >>> Stack()("x", [torch.zeros(2, 3), torch.ones(2, 3)], [])["x"].shape
+        torch.Size([2, 2, 3])
+    """
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]:
         return {field: collate_values(values, f"batch.{field}")}
@@ -114,7 +134,13 @@ class Stack:
 
 @dataclass(frozen=True)
 class AsList:
-    """Keep the values as a plain list (paths, raw text, anything not to be tensorised)."""
+    """Keep the values as a plain list (paths, raw text, anything not to be tensorised).
+
+    Example:
+        >>> from torchloom.collation import AsList, Collate
+        >>> Collate({"meta": AsList()})([{"meta": {"id": 1}}, {"meta": {"id": 2}}])
+        {'meta': [{'id': 1}, {'id': 2}]}
+    """
 
     def __call__(self, field: str, values: list[Any], samples: list[Mapping[str, Any]]) -> dict[str, Any]:
         return {field: list(values)}
@@ -130,6 +156,14 @@ class PadImages:
     ``(height, width)``) is shrunk, keeping its aspect ratio, to fit inside it (its mask covers
     the shrunk image). ``multiple_of`` rounds the padded size up (e.g. 32 for a network with 5
     stride-2 stages), which may exceed ``max_size``.
+
+    Example:
+        >>> import torch
+        >>> from torchloom import PadImages
+        >>> images = [torch.ones(3, 20, 30, dtype=torch.uint8), torch.ones(3, 25, 10, dtype=torch.uint8)]
+        >>> out = PadImages(multiple_of=32)("image", images, [])
+        >>> out["image"].shape, out["image_mask"].shape, out["image_size"].tolist()
+        (torch.Size([2, 3, 32, 32]), torch.Size([2, 32, 32]), [[20, 30], [25, 10]])
     """
 
     multiple_of: int = 1
@@ -167,6 +201,12 @@ class PadSequences:
     ``<field>_length`` ``(B,)``. ``max_length`` truncates, keeping the start
     (``truncate="right"``) or the end (``"left"``). Empty sequences have length 0; a batch of
     only empty sequences gives ``T = 0``.
+
+    Example:
+        >>> from torchloom import PadSequences
+        >>> out = PadSequences(pad_value=-1)("tokens", [[5, 6, 7], [8]], [])
+        >>> out["tokens"].tolist(), out["tokens_length"].tolist()
+        ([[5, 6, 7], [8, -1, -1]], [3, 1])
     """
 
     pad_value: float = 0
@@ -212,6 +252,14 @@ class CropOrPadVolumes:
     mirrors the volume (numpy's ``reflect``, as :class:`~torchloom.datasets.HyperspectralDataset`
     pads patches).
     Emits ``<field>`` ``(B, ..., *size)`` and ``<field>_mask`` ``(B, *size)`` (True on real voxels).
+
+    Example:
+        >>> import torch
+        >>> from torchloom.collation import Collate, CropOrPadVolumes
+        >>> samples = [{"volume": torch.ones(1, 10, 40, 40)}, {"volume": torch.ones(1, 20, 24, 24)}]
+        >>> out = Collate({"volume": CropOrPadVolumes((16, 32, 32), random=False)})(samples)
+        >>> out["volume"].shape, int(out["volume_mask"][0].sum())
+        (torch.Size([2, 1, 16, 32, 32]), 10240)
     """
 
     size: tuple[int, ...]

@@ -15,7 +15,7 @@ them.
 Example:
     >>> import pyarrow as pa, tempfile
     >>> from torchloom import FolderDataset
-    >>> from torchloom.datasets import TableDataset
+    >>> from torchloom.datasets import CacheableDataset, FetchesBatches, FetchesInto, TableDataset
     >>> from torchloom.testing import write_class_folders
     >>> table = TableDataset(pa.table({"x": [1, 2]}))  # a plain map-style dataset
     >>> isinstance(table, FetchesBatches), isinstance(table, CacheableDataset)
@@ -46,7 +46,20 @@ Slot = tuple[BatchSlots, int]
 
 @runtime_checkable
 class FetchesBatches(Protocol):
-    """Loads a batch of samples at once (``DataLoader`` calls it with each batch's keys)."""
+    """Loads a batch of samples at once (``DataLoader`` calls it with each batch's keys).
+
+    Example:
+        >>> from torchloom.datasets import FetchesBatches
+        >>> class Squares:
+        ...     def __len__(self):
+        ...         return 4
+        ...     def __getitem__(self, key):
+        ...         return key * key
+        ...     def __getitems__(self, keys):
+        ...         return [key * key for key in keys]
+        >>> isinstance(Squares(), FetchesBatches), Squares().__getitems__([1, 3])
+        (True, [1, 9])
+    """
 
     def __getitems__(self, keys: Sequence[int]) -> list[Any]: ...
 
@@ -54,7 +67,17 @@ class FetchesBatches(Protocol):
 @runtime_checkable
 class FetchesInto(Protocol):
     """Loads a batch of samples, writing their images into the given batch slots (the Loader's
-    reused buffers)."""
+    reused buffers).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom.datasets import FetchesInto, TableDataset
+        >>> class Indices:
+        ...     def getitems_into(self, keys, slots):
+        ...         return [{"index": key} for key in keys]  # a real one writes images into slots
+        >>> isinstance(Indices(), FetchesInto), isinstance(TableDataset(pa.table({"x": [1]})), FetchesInto)
+        (True, False)
+    """
 
     def getitems_into(self, keys: Sequence[int], slots: BatchSlots) -> list[Any]: ...
 
@@ -67,6 +90,17 @@ class CacheableDataset(Protocol):
     ``max_pixels``, ``exif_orientation``, inside ``read_root``); reading builds each sample with
     ``load_sample`` around the cached image, under the dataset's fault policy (``under_policy``), with
     the dataset's keys, generators, batch buffers and stage clock.
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom import FolderDataset
+        >>> from torchloom.datasets import CacheableDataset
+        >>> from torchloom.testing import write_class_folders
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = write_class_folders(root, [2], size=(8, 8), progress=False)
+        ...     dataset = FolderDataset(root, progress=False)
+        ...     print(isinstance(dataset, CacheableDataset), dataset.image_field, len(dataset.index))
+        True image 2
     """
 
     index: SampleIndex

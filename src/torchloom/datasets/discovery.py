@@ -46,6 +46,7 @@ deliberate choice, and whether a file decodes depends on its bytes, not on its n
 
 Example:
     >>> import os, tempfile
+    >>> from torchloom.datasets import find_samples
     >>> root = tempfile.mkdtemp()
     >>> for name in ("cat/1.JPG", "cat/more/2.png", "dog/.DS_Store", "dog/3.jpg", "notes.txt"):
     ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
@@ -127,12 +128,25 @@ Layout = Literal["classes", "splits", "files", "tree", "manifest"]
 
 @dataclass(frozen=True)
 class Discovery:
-    """The samples of a folder and what was left out (see the module docstring for the rules).
+    """The samples of a folder and what was left out, by the rules of
+    :mod:`torchloom.datasets.discovery` (extensions in any case; hidden files, metadata folders and
+    stray files left out; symlinks followed while they stay inside the root).
 
     ``paths[i]`` (joined to ``root``) has label ``labels[i]`` (an index into ``classes``, ``-1``
     when unlabelled) and split ``splits[i]`` (an index into ``split_names``, which is
     ``[NO_SPLIT]`` without splits). ``excluded`` lists every exclusion, in walking order.
     ``root`` is the folder read (for the doctor's manifests, the manifest file).
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.datasets import find_samples
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     for name in ("cat/1.jpg", "dog/2.jpg", "dog/3.jpg", "bird/", "dog/.DS_Store"):
+        ...         os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        ...         _ = name.endswith("/") or open(os.path.join(root, name), "wb").write(b"x")
+        ...     found = find_samples(root)
+        ...     print(found.classes, found.labels.tolist(), found.empty_classes, found.counts())
+        ['bird', 'cat', 'dog'] [1, 2, 2] ['bird'] {"hidden (name starts with '.')": 1}
     """
 
     root: str
@@ -205,6 +219,17 @@ def find_samples(
 
     Raises :class:`torchloom.errors.ConfigError` for a split root without ``split`` (naming the
     splits found) and for a ``split`` the root does not have.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.datasets import find_samples
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     for name in ("train/cat/1.jpg", "train/dog/2.jpg", "val/cat/3.jpg"):
+        ...         os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        ...         _ = open(os.path.join(root, name), "wb").write(b"x")
+        ...     found = find_samples(root, split="val")
+        ...     print(found.relative_paths(), found.labels.tolist(), found.classes)
+        ['val/cat/3.jpg'] [0] ['cat', 'dog']
     """
     walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root)
     entries = walk.top()
@@ -240,7 +265,19 @@ def find_every_split(
     extensions: Sequence[str] = IMAGE_EXTENSIONS,
     allow_outside_root: bool = False,
 ) -> Discovery:
-    """As :func:`find_samples`, but a split root is read whole, every split (``torchloom doctor``)."""
+    """As :func:`find_samples`, but a split root is read whole, every split (``torchloom doctor``).
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.datasets import find_every_split
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     for name in ("train/cat/1.jpg", "train/dog/2.jpg", "val/cat/3.jpg"):
+        ...         os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        ...         _ = open(os.path.join(root, name), "wb").write(b"x")
+        ...     found = find_every_split(root)
+        ...     print(found.split_names, found.splits.tolist(), found.labels.tolist())
+        ['train', 'val'] [0, 0, 1] [0, 1, 0]
+    """
     walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root)
     entries = walk.top()
     splits = _split_folders(entries)

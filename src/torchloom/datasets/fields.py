@@ -5,6 +5,7 @@ invalid (with a reason), once, at dataset construction.
 
 Example:
     >>> import pyarrow as pa
+    >>> from torchloom.datasets import FieldContext, Label
     >>> table = pa.table({"defect": ["scratch", "ok", "ok"]})
     >>> column = Label("defect").compile(table, FieldContext(root="."))
     >>> column.values.tolist(), column.classes
@@ -35,7 +36,16 @@ ROWS_NAMED_IN_ERRORS = 5
 
 @dataclass(frozen=True)
 class FieldContext:
-    """What fields need to know beyond the table."""
+    """What fields need to know beyond the table: the folder paths are relative to and whether they
+    may lead outside it (a :class:`~torchloom.ManifestDataset` builds it from its own arguments).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom.datasets import FieldContext, Image
+        >>> context = FieldContext(root="/data/photos", allow_outside_root=True)
+        >>> Image("file").compile(pa.table({"file": ["a.jpg", "../shared/b.jpg"]}), context).values.to_list()
+        ['/data/photos/a.jpg', '/data/photos/../shared/b.jpg']
+    """
 
     root: str
     allow_outside_root: bool = False
@@ -44,7 +54,15 @@ class FieldContext:
 
 @dataclass
 class CompiledField:
-    """A field's per-row values and the rows it rejects (row number -> reason)."""
+    """A field's per-row values and the rows it rejects (row number -> reason).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom.datasets import FieldContext, Label
+        >>> compiled = Label("kind").compile(pa.table({"kind": ["b", None, "a"]}), FieldContext(root="."))
+        >>> compiled.name, compiled.values.tolist(), compiled.invalid, compiled.classes
+        ('label', [1, -1, 0], {1: "label column 'kind' is empty"}, ['a', 'b'])
+    """
 
     #: The field's name in a sample.
     name: str
@@ -80,7 +98,16 @@ def _rows_text(rows: np.ndarray) -> str:
 
 @dataclass(frozen=True)
 class Image:
-    """A column of image paths, relative to the dataset's ``root``; ``name``: the field's name in a sample."""
+    """A column of image paths, relative to the dataset's ``root``; ``name``: the field's name in a sample.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom import Image
+        >>> from torchloom.datasets import FieldContext
+        >>> table = pa.table({"file": ["cat/1.jpg", "dog/2.jpg"]})
+        >>> Image("file").compile(table, FieldContext(root="/data")).values.to_list()
+        ['/data/cat/1.jpg', '/data/dog/2.jpg']
+    """
 
     column: str
     name: str = "image"
@@ -146,6 +173,15 @@ class Label:
     the row invalid. Without, an integer column is used as is (values must be >= 0; ``classes`` is
     ``0..max``) and any other column is numbered by its sorted distinct values. Empty labels make
     the row invalid. ``name``: the field's name in a sample.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom import Label
+        >>> from torchloom.datasets import FieldContext
+        >>> table = pa.table({"defect": ["ok", "scratch", "dent"]})
+        >>> compiled = Label("defect", classes=["ok", "scratch"]).compile(table, FieldContext(root="."))
+        >>> compiled.values.tolist()[:2], compiled.invalid
+        ([0, 1], {2: "label 'dent' is not one of classes ['ok', 'scratch']"})
     """
 
     column: str
@@ -235,6 +271,14 @@ class Numeric:
     the rows and columns), ``"drop"`` (the row is excluded and reported), ``"mean"`` (the
     column's mean over valid rows), ``"keep"`` (NaN stays) or a number to put in its place.
     ``name``: the field's name in a sample.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom import Numeric
+        >>> from torchloom.datasets import FieldContext
+        >>> table = pa.table({"age": [30.0, None], "glucose": [5.5, 6.0]})
+        >>> Numeric(["age", "glucose"], nan="mean").compile(table, FieldContext(root=".")).values.tolist()
+        [[30.0, 5.5], [30.0, 6.0]]
     """
 
     columns: str | Sequence[str]
@@ -301,7 +345,17 @@ class Numeric:
 @dataclass(frozen=True)
 class Text:
     """A text column returned as a raw string; ``missing`` is ``"raise"``, ``"drop"`` or ``"empty"``;
-    ``name``: the field's name in a sample (default: the column's)."""
+    ``name``: the field's name in a sample (default: the column's).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom import Text
+        >>> from torchloom.datasets import FieldContext
+        >>> table = pa.table({"title": ["bolt", None]})
+        >>> compiled = Text("title", missing="empty").compile(table, FieldContext(root="."))
+        >>> compiled.name, compiled.values.to_list()
+        ('title', ['bolt', ''])
+    """
 
     column: str
     name: str | None = None
@@ -342,6 +396,7 @@ class JoinKey:
 
     Example:
         >>> import pyarrow as pa
+        >>> from torchloom.datasets import FieldContext, JoinKey
         >>> JoinKey("id").compile(pa.table({"id": [7, 9]}), FieldContext(root=".")).values.tolist()
         [7, 9]
     """

@@ -1,12 +1,13 @@
 """HyperspectralDataset: whole cubes with a label each, or pixel-centred patches of labelled pixels.
 
-Cubes are ENVI files or HDF5 datasets (or any :class:`torchloom.io.cube.CubeSource`), read
+Cubes are ENVI files or HDF5 datasets (or any :class:`torchloom.io.CubeSource`), read
 lazily: a patch reads only its window (a memmap slice, or an h5py slice), never the whole cube.
 The index is three int32 arrays (cube, row, col) plus the labels, built once at construction.
 
 Example:
     >>> import numpy as np
-    >>> from torchloom.io.cube import ArrayCube
+    >>> from torchloom.datasets import HyperspectralDataset
+    >>> from torchloom.io import ArrayCube
     >>> cube = ArrayCube(np.arange(5 * 5 * 3, dtype=np.int16).reshape(5, 5, 3), path="scene")
     >>> mask = np.zeros((5, 5), np.int64)
     >>> mask[0, 0], mask[2, 3] = 4, 7
@@ -136,7 +137,7 @@ class HyperspectralDataset(IndexedDataset):
 
     Example:
         >>> import numpy as np
-        >>> from torchloom.io.cube import ArrayCube
+        >>> from torchloom.io import ArrayCube
         >>> cubes = [ArrayCube(np.zeros((4, 4, 2), np.float32), path=f"c{i}") for i in range(3)]
         >>> whole = HyperspectralDataset(cubes, labels=[0, 1, 1])
         >>> len(whole), whole[2]["image"].shape, whole[2]["label"], whole[2]["path"]
@@ -351,7 +352,7 @@ def read_patch(
 
     Example:
         >>> import numpy as np
-        >>> from torchloom.io.cube import ArrayCube
+        >>> from torchloom.io import ArrayCube
         >>> read_patch(ArrayCube(np.arange(9).reshape(3, 3, 1)), 0, 0, 3)[:, :, 0].tolist()
         [[4, 3, 4], [1, 0, 1], [4, 3, 4]]
     """

@@ -5,6 +5,8 @@ read them without copy-on-write growth (measured: two workers reading 1M samples
 for a list of dicts, by 2–3 MiB for these arrays).
 
 Example:
+    >>> import numpy as np
+    >>> from torchloom.datasets import SampleIndex, StringColumn
     >>> paths = StringColumn.from_strings(["a.jpg", "b.jpg"])
     >>> index = SampleIndex(paths, labels=np.array([0, 1]))
     >>> len(index), index.paths[1], int(index.labels[1])
@@ -103,7 +105,17 @@ Column = np.ndarray | StringColumn
 @dataclass
 class SampleIndex:
     """The samples of a dataset: labels (``-1`` when unlabelled), paths (empty when the samples
-    have no file) and named columns."""
+    have no file) and named columns.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.datasets import SampleIndex, StringColumn
+        >>> paths = StringColumn.from_strings(["a.jpg", "b.jpg", "c.jpg"])
+        >>> index = SampleIndex(paths, labels=np.array([0, 1, 1]), columns={"weight": np.ones(3)})
+        >>> kept = index.take(np.array([0, 2]))
+        >>> len(kept), kept.paths.to_list(), kept.labels.tolist()
+        (2, ['a.jpg', 'c.jpg'], [0, 1])
+    """
 
     paths: StringColumn
     labels: np.ndarray
@@ -134,6 +146,17 @@ class DatasetReport:
     ``MAX_IGNORED_EXAMPLES``) files that are not samples, with ``ignored_count`` exact and
     ``ignored_by_reason`` counting them by reason; ``empty_classes`` names class folders that held
     no images. ``str(report)`` lists everything, :meth:`summary` a line per reason.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom import FolderDataset
+        >>> from torchloom.testing import write_class_folders
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = write_class_folders(root, [2, 2], size=(8, 8), empty=1, progress=False)
+        ...     _ = open(os.path.join(root, "class_0", "notes.txt"), "w").write("x")
+        ...     report = FolderDataset(root, progress=False).report
+        ...     print(len(report.invalid), report.ignored_count, report.ignored_by_reason)
+        1 1 {'extension not in extensions': 1}
     """
 
     invalid: list[tuple[str, str]] = field(default_factory=list)

@@ -9,8 +9,8 @@ Which datasets take which:
   :class:`IndexingOptions` (how the files are checked at construction: ``validate``, ``strict``,
   ``allow_outside_root``, ``num_threads``, ``progress``): all but ``HyperspectralDataset``, which
   opens each cube it is given (a cube that cannot be opened raises, naming it);
-- the datasets made from other datasets or from values in memory take neither
-  (:func:`takes_no_sample_options`): ``TableDataset``, ``MixedDataset``, ``WindowDataset``,
+- the datasets made from other datasets or from values in memory take neither:
+  ``TableDataset``, ``MixedDataset``, ``WindowDataset``,
   ``JoinedDataset``, ``TimeSync``, ``DecodedCache``. Their samples come from their sources, whose
   options apply (``DecodedCache`` applies its dataset's transform, policy and seed); nothing of
   theirs is decoded or can fail per sample.
@@ -77,6 +77,18 @@ class SampleOptions(TypedDict, total=False):
             int >= 0 (default 0).
         debug: log the first samples and check that every sample has the same keys, dtypes and
             dimensions (default ``False``).
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom import FolderDataset
+        >>> from torchloom.datasets import SampleOptions
+        >>> from torchloom.testing import write_class_folders
+        >>> options: SampleOptions = {"on_error": "skip", "seed": 7}
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = write_class_folders(root, [2], size=(8, 8), progress=False)
+        ...     dataset = FolderDataset(root, progress=False, **options)
+        ...     print(dataset.policy.on_error, dataset.seed)
+        skip 7
     """
 
     transform: Transform | None
@@ -104,6 +116,18 @@ class IndexingOptions(SampleOptions, total=False):
             may use, at most 32; the same rule for all file work: validation, the decoded cache,
             ``doctor``, ``prepare``. The :class:`~torchloom.Loader` caps its batch threads at 8).
         progress: show a progress bar while they run (default ``True``).
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom import FolderDataset
+        >>> from torchloom.datasets import IndexingOptions
+        >>> from torchloom.testing import write_class_folders
+        >>> indexing: IndexingOptions = {"validate": "full", "progress": False}
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = write_class_folders(root, [3], size=(8, 8), truncated=1, progress=False)
+        ...     dataset = FolderDataset(root, **indexing)  # the truncated file fails a full decode
+        ...     print(len(dataset), len(dataset.report.invalid))
+        3 1
     """
 
     validate: Validate

@@ -3,20 +3,11 @@
 A source is a folder (one sub-folder per class, as ImageFolder and UCF101 lay files out; one
 split of a split root, chosen with ``split=``; or files directly in it, unlabelled; its files
 found by :mod:`torchloom.datasets.discovery`, as every folder's are), a manifest (a file
-:func:`torchloom.io.table.read_table` reads, with a ``path`` and an optional ``label`` column, or
+:func:`torchloom.io.read_table` reads, with a ``path`` and an optional ``label`` column, or
 a :class:`Manifest` naming its columns and root), or a list of paths. Manifest paths go through
 the same :class:`torchloom.Image` field compilation as :class:`torchloom.ManifestDataset` (paths
 must stay inside the root), labels through :class:`torchloom.Label`.
 
-Example:
-    >>> import os, tempfile
-    >>> root = tempfile.mkdtemp()
-    >>> for name in ("walk/a.avi", "run/b.avi", "run/notes.txt"):
-    ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
-    ...     _ = open(os.path.join(root, name), "wb").write(b"x")
-    >>> found = find_files(root, extensions=(".avi",), report=DatasetReport(), indexing=IndexingSettings())
-    >>> found.classes, [os.path.basename(p) for p in found.paths], found.labels.tolist()
-    (['run', 'walk'], ['b.avi', 'a.avi'], [0, 1])
 """
 
 from __future__ import annotations
@@ -57,7 +48,7 @@ class Manifest:
     """A manifest as the source of a dataset of one file per sample: its rows' paths and labels.
 
     Args:
-        table: a file :func:`torchloom.io.table.read_table` reads (CSV, TSV, JSON, JSONL, Parquet)
+        table: a file :func:`torchloom.io.read_table` reads (CSV, TSV, JSON, JSONL, Parquet)
             or a pyarrow table.
         path_column: the column of file paths, relative to ``root``.
         label_column: the column of labels (class names or numbers), read as
@@ -103,12 +94,24 @@ def find_files(
     split: str | None = None,
     what: str = "the dataset",
 ) -> FoundFiles:
-    """The sample files of ``source`` (see the module docstring); what is left out goes to ``report``.
+    """The sample files of ``source`` (a folder, a manifest or a list of paths); what is left out
+    goes to ``report``.
 
     A folder is read by :func:`torchloom.datasets.discovery.find_samples` (``split`` chooses the
     split folder of a split root; ``what`` names the reader in its errors). A manifest's rows with
     an empty path or label are left out and listed in ``report``. Paths and symlinks that leave
     the folder or the manifest's root are refused unless ``indexing.allow_outside_root``.
+
+    Example:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> for name in ("walk/a.avi", "run/b.avi", "run/notes.txt"):
+        ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        ...     _ = open(os.path.join(root, name), "wb").write(b"x")
+        >>> report, indexing = DatasetReport(), IndexingSettings()
+        >>> found = find_files(root, extensions=(".avi",), report=report, indexing=indexing)
+        >>> found.classes, [os.path.basename(p) for p in found.paths], found.labels.tolist()
+        (['run', 'walk'], ['b.avi', 'a.avi'], [0, 1])
     """
     if isinstance(source, pa.Table):
         raise UsageError(

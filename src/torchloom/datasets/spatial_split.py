@@ -9,11 +9,10 @@ patch of one split holds a pixel of another split's blocks.
 
 Example:
     >>> import numpy as np
+    >>> from torchloom.datasets import spatial_block_split
     >>> splits = spatial_block_split(np.ones((4, 8), np.uint8), block=4, fractions=(0.5, 0.5), seed=0)
     >>> sorted(np.unique(splits).tolist()), splits.shape
     ([0, 1], (4, 8))
-    >>> int((touches_other_split(splits, 0, patch_size=3) & (splits == 0)).sum())  # one column
-    4
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ text is ``None``; other column types (lists, structs) stay Arrow arrays, read pe
 
 Example:
     >>> import pyarrow as pa
+    >>> from torchloom import TableDataset
     >>> rows = TableDataset(pa.table({"id": [3, 4], "title": ["bolt", None], "price": [1.5, None]}))
     >>> rows[1]
     {'id': 4, 'title': None, 'price': nan}
@@ -65,6 +66,16 @@ class TableDataset(Dataset[dict[str, Any]]):
 
     ``id_column`` is read as an id: from CSV as text first (``"007"`` keeps its zeros), then as
     integers when every value is a canonical integer.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom import TableDataset
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "parts.csv")
+        ...     _ = open(path, "w").write("id,name,price\\n007,bolt,1.5\\n012,nut,0.25\\n")
+        ...     parts = TableDataset(path, columns=["id", "price"], id_column="id")
+        >>> len(parts), parts[0]
+        (2, {'id': '007', 'price': 1.5})
     """
 
     @takes_no_sample_options(

@@ -4,17 +4,6 @@ rules, in order, with one wording per reason something is left out.
 The module docstring of :mod:`torchloom.datasets.discovery` states the rules; this module applies
 them. Listing goes through :func:`list_folder` alone, so another lister can stand in for
 ``os.scandir``.
-
-Example:
-    >>> import os, tempfile
-    >>> root = tempfile.mkdtemp()
-    >>> for name in ("a.jpg", ".b.jpg", "c/d.JPG"):
-    ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
-    ...     _ = open(os.path.join(root, name), "wb").write(b"x")
-    >>> walk = FolderWalk(root, (".jpg",), allow_outside_root=False)
-    >>> found = walk.below(root, walk.real_root, (), walk.top())
-    >>> [os.path.relpath(path, root) for path in found], [e.reason for e in walk.excluded]
-    (['a.jpg', 'c/d.JPG'], ["hidden (name starts with '.')"])
 """
 
 from __future__ import annotations
@@ -53,7 +42,18 @@ METADATA_FOLDERS = frozenset({"__MACOSX", "@eaDir", "$RECYCLE.BIN", "System Volu
 
 
 class Exclusion(NamedTuple):
-    """A file or folder left out: its path, one of the ``REASON_*`` wordings and any detail."""
+    """A file or folder left out: its path, one of the ``REASON_*`` wordings and any detail.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.datasets import find_samples
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     os.makedirs(os.path.join(root, "cat"))
+        ...     _ = open(os.path.join(root, "cat", "notes.txt"), "w").write("x")
+        ...     (exclusion,) = find_samples(root).excluded
+        ...     print(os.path.basename(exclusion.path), "|", exclusion.text, "|", exclusion.refused)
+        notes.txt | extension not in extensions | False
+    """
 
     path: str
     reason: str
@@ -145,6 +145,17 @@ class FolderWalk:
 
     Raises :class:`torchloom.errors.MissingFileError` when ``root`` is not a folder and
     :class:`torchloom.errors.ConfigError` for an extension without its leading dot.
+
+    Example:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> for name in ("a.jpg", ".b.jpg", "c/d.JPG"):
+        ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        ...     _ = open(os.path.join(root, name), "wb").write(b"x")
+        >>> walk = FolderWalk(root, (".jpg",), allow_outside_root=False)
+        >>> found = walk.below(root, walk.real_root, (), walk.top())
+        >>> [os.path.relpath(path, root) for path in found], [e.reason for e in walk.excluded]
+        (['a.jpg', 'c/d.JPG'], ["hidden (name starts with '.')"])
     """
 
     def __init__(self, root: str | os.PathLike[str], extensions: Sequence[str], *, allow_outside_root: bool):

@@ -7,6 +7,7 @@ costs one lookup per source, with no dictionary of millions of keys in the worke
 
 Example:
     >>> import pyarrow as pa
+    >>> from torchloom.fusion import JoinedDataset
     >>> prices = pa.table({"id": [1, 2, 3], "price": [9.5, 3.0, 4.25]})
     >>> titles = pa.table({"id": [3, 1], "title": ["nut", "bolt"]})
     >>> joined = JoinedDataset({"prices": prices, "titles": titles}, on="id", how="left", missing="mask")
@@ -50,7 +51,20 @@ FIELD_PROBE_LIMIT = 100
 
 @dataclass
 class JoinReport:
-    """What the join left out: per reason, the number of keys and the first few of them."""
+    """What the join left out: per reason, the number of keys and the first few of them.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom.fusion import JoinedDataset
+        >>> prices = pa.table({"id": [1, 2, 3], "price": [9.5, 3.0, 4.25]})
+        >>> titles = pa.table({"id": [3, 1], "title": ["nut", "bolt"]})
+        >>> report = JoinedDataset({"prices": prices, "titles": titles}, on="id").report
+        >>> report.dropped
+        {"keys of 'prices' missing from 'titles'": 1}
+        >>> print(report)
+        JoinReport: 1 key(s) dropped
+          1 keys of 'prices' missing from 'titles', e.g. [2]
+    """
 
     dropped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[Any]] = field(default_factory=dict)
@@ -87,6 +101,16 @@ class JoinedDataset(Dataset["dict[str, Any] | Skipped"]):
     of every source; a field name two sources share is prefixed with the source name
     (``image_title``). A source's own ``"index"`` is dropped. A source sample skipped under the
     ``"skip"`` fault policy skips the joined sample.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom.datasets import TableDataset
+        >>> from torchloom.fusion import JoinedDataset
+        >>> images = TableDataset(pa.table({"id": [1, 2, 3], "pixels": [0.5, 0.25, 0.75]}))
+        >>> notes = pa.table({"id": [3, 1], "note": ["cracked", "fine"]})
+        >>> joined = JoinedDataset({"images": images, "notes": notes}, on="id")
+        >>> len(joined), joined[0]
+        (2, {'id': 1, 'index': 0, 'pixels': 0.5, 'note': 'fine'})
     """
 
     @takes_no_sample_options("its samples join its sources' samples: give the options to each source")

@@ -7,6 +7,7 @@ clips them), bands are ``None`` (all), a slice, or a sequence of indices.
 
 Example:
     >>> import numpy as np
+    >>> from torchloom.io import ArrayCube
     >>> cube = ArrayCube(np.arange(24).reshape(2, 3, 4))
     >>> cube.shape, cube.read(rows=slice(1, 2), bands=[3, 0]).tolist()
     ((2, 3, 4), [[[15, 12], [19, 16], [23, 20]]])
@@ -28,7 +29,18 @@ Bands = slice | Sequence[int] | np.ndarray | None
 
 @runtime_checkable
 class CubeSource(Protocol):
-    """A cube of ``lines × samples × bands`` values read lazily, a window at a time."""
+    """A cube of ``lines × samples × bands`` values read lazily, a window at a time.
+
+    :class:`~torchloom.io.ArrayCube`, :class:`~torchloom.io.EnviCube` and
+    :class:`~torchloom.io.Hdf5Cube` satisfy it, and so does any class with these members.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.io import ArrayCube, CubeSource
+        >>> cube: CubeSource = ArrayCube(np.zeros((8, 6, 5), np.float32), path="scene")
+        >>> cube.shape, cube.read(rows=slice(0, 2), cols=slice(0, 3), bands=[4]).shape
+        ((8, 6, 5), (2, 3, 1))
+    """
 
     @property
     def path(self) -> str:

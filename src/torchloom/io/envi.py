@@ -12,6 +12,7 @@ DataLoader workers as a few numbers and paths.
 
 Example:
     >>> import numpy as np, os, tempfile
+    >>> from torchloom.io import open_envi, write_envi
     >>> cube = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
     >>> path = write_envi(os.path.join(tempfile.mkdtemp(), "scene.img"), cube, interleave="bil")
     >>> envi = open_envi(path)

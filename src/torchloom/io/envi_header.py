@@ -11,8 +11,13 @@ bytes, parsing ends in an :class:`EnviHeader` or a :class:`HeaderError` naming t
 it went wrong: never another exception, a hang or a shape the header did not declare.
 
 Example:
-    >>> text = b"ENVI\\nsamples = 4\\nlines = 3\\nbands = 2\\ndata type = 2\\ninterleave = bil\\n"
-    >>> header = parse_header(text + b"wavelength = {400, 500.5}\\n", "x.hdr")
+    >>> import os, tempfile
+    >>> from torchloom.io import read_header
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "x.hdr")
+    ...     _ = open(path, "w").write("ENVI\\nsamples = 4\\nlines = 3\\nbands = 2\\ndata type = 2\\n"
+    ...                           "interleave = bil\\nwavelength = {400, 500.5}\\n")
+    ...     header = read_header(path)
     >>> header.shape, header.dtype.str, header.wavelengths.tolist()
     ((3, 4, 2), '<i2', [400.0, 500.5])
 """
@@ -64,7 +69,17 @@ _BRACES = re.compile(r"[{}]")
 
 @dataclass(frozen=True)
 class EnviHeader:
-    """What an ENVI header declares. ``fields`` holds every key's raw text (lower-cased keys)."""
+    """What an ENVI header declares. ``fields`` holds every key's raw text (lower-cased keys).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.io import read_header, write_envi
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_envi(os.path.join(folder, "a.img"), np.zeros((2, 3, 4), np.uint16))
+        ...     header = read_header(os.path.join(folder, "a.hdr"))
+        >>> header.shape, header.interleave, header.fields["data type"]
+        ((2, 3, 4), 'bsq', '12')
+    """
 
     path: str
     lines: int

@@ -33,6 +33,7 @@ same calls. Each call takes ``backend=`` to use another one explicitly (a test's
 
 Example:
     >>> import os, tempfile
+    >>> from torchloom.io import file_info, read_bytes, read_range
     >>> root = os.path.realpath(tempfile.mkdtemp())
     >>> path = os.path.join(root, "a.bin")
     >>> _ = open(path, "wb").write(b"0123456789")
@@ -85,6 +86,18 @@ class FileBackend(Protocol):
     a URL prefix for an object store. Errors are :class:`~torchloom.errors.MissingFileError`,
     :class:`~torchloom.errors.UnsafeFileError` and :class:`~torchloom.errors.DecodeError` (from
     :func:`refuse_size` for the size guard), naming the file.
+
+    :class:`~torchloom.io.LocalFiles` is the one for local files.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.io import FileBackend, LocalFiles
+        >>> files: FileBackend = LocalFiles()
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "a.bin")
+        ...     _ = open(path, "wb").write(b"0123456789")
+        ...     print(files.read_range(path, 2, 3, inside=None), files.info(path).size)
+        b'234' 10
     """
 
     def read(self, path: str, *, inside: str | None, max_bytes: int | None, too_large: str | None) -> bytes:

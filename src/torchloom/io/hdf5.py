@@ -11,6 +11,7 @@ machine could hold (checked before anything is read).
 
 Example:
     >>> import h5py, numpy as np, os, tempfile
+    >>> from torchloom.io import Hdf5Cube
     >>> path = os.path.join(tempfile.mkdtemp(), "scene.h5")
     >>> with h5py.File(path, "w") as f:
     ...     _ = f.create_dataset("cube", data=np.arange(24, dtype=np.int16).reshape(2, 3, 4))

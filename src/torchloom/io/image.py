@@ -10,6 +10,7 @@ with it. ``exif_orientation=False`` returns the stored pixel order.
 
 Example:
     >>> import numpy as np, simplejpeg, tempfile, os
+    >>> from torchloom import read_image
     >>> path = os.path.join(tempfile.mkdtemp(), "x.jpg")
     >>> _ = open(path, "wb").write(simplejpeg.encode_jpeg(np.zeros((64, 48, 3), np.uint8)))
     >>> read_image(path).shape
@@ -82,7 +83,15 @@ def container_format(data: bytes) -> str | None:
 
 @dataclass(frozen=True)
 class ImageHeader:
-    """What an image file declares about itself, read without decoding pixels."""
+    """What an image file declares about itself, read without decoding pixels.
+
+    Example:
+        >>> import numpy as np, simplejpeg
+        >>> from torchloom.io import probe_image
+        >>> header = probe_image(simplejpeg.encode_jpeg(np.zeros((40, 30, 3), np.uint8)), "x.jpg")
+        >>> header.height, header.width, header.format, header.pixels
+        (40, 30, 'JPEG', 1200)
+    """
 
     height: int
     width: int

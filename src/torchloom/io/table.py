@@ -2,6 +2,7 @@
 
 Example:
     >>> import tempfile, os
+    >>> from torchloom.io import read_table
     >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
     >>> _ = open(path, "w").write("image,label\\na.jpg,cat\\n")
     >>> read_table(path).column_names
@@ -38,6 +39,16 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
     object per line; ``.csv``/``.tsv`` have a header row (empty cells are missing values, and
     ``string_columns`` are kept as text rather than guessed as numbers); ``.parquet``/``.pq`` are
     Parquet.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.io import read_table
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "m.csv")
+        ...     _ = open(path, "w").write("id,image,label\\n007,a.jpg,cat\\n012,b.jpg,\\n")
+        ...     table = read_table(path, string_columns=["id"])
+        >>> table.num_rows, table.column("id").to_pylist(), table.column("label").to_pylist()
+        (2, ['007', '012'], ['cat', None])
     """
     text_path = os.fspath(path)
     suffix = os.path.splitext(text_path)[1].lower()

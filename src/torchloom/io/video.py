@@ -11,7 +11,7 @@ nothing is cached between calls, so DataLoader workers share no handles.
 
 Example:
     >>> import numpy as np, os, tempfile
-    >>> from torchloom.io.video_writer import write_video
+    >>> from torchloom.io import probe_video, read_frames, write_video
     >>> path = os.path.join(tempfile.mkdtemp(), "clip.avi")
     >>> frames = np.repeat(np.arange(0, 250, 25, dtype=np.uint8), 16 * 16 * 3).reshape(10, 16, 16, 3)
     >>> write_video(path, frames, rate=5)
@@ -74,6 +74,16 @@ class VideoHeader:
     ``frames`` is the declared frame count, or ``round(duration × rate)`` where the container does
     not store one (``frames_known`` says which). Times are in seconds; ``start`` is the stream's
     first presentation time.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.io import probe_video, write_video
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "clip.avi")
+        ...     write_video(path, np.zeros((6, 16, 16, 3), np.uint8), rate=3)
+        ...     header = probe_video(path)
+        >>> header.frames, header.rate, header.duration
+        (6, 3.0, 2.0)
     """
 
     duration: float
@@ -90,7 +100,18 @@ class VideoHeader:
 @dataclass(frozen=True)
 class VideoClip:
     """Decoded frames: RGB ``uint8`` ``(T, H, W, 3)``, each frame's timestamp in seconds, and how
-    many frames were decoded to find them (seeking keeps this near ``T`` plus a keyframe interval)."""
+    many frames were decoded to find them (seeking keeps this near ``T`` plus a keyframe interval).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.io import read_frames, write_video
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "clip.avi")
+        ...     write_video(path, np.zeros((6, 16, 16, 3), np.uint8), rate=3)
+        ...     clip = read_frames(path, [0.0, 1.0])
+        >>> clip.frames.shape, clip.timestamps.tolist()
+        ((2, 16, 16, 3), [0.0, 1.0])
+    """
 
     frames: np.ndarray
     timestamps: np.ndarray

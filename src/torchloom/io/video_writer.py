@@ -2,7 +2,7 @@
 
 Example:
     >>> import numpy as np, os, tempfile
-    >>> from torchloom.io.video import probe_video
+    >>> from torchloom.io import probe_video, write_video
     >>> path = os.path.join(tempfile.mkdtemp(), "clip.avi")
     >>> write_video(path, np.zeros((8, 16, 16, 3), np.uint8), rate=4)
     >>> probe_video(path).duration

@@ -13,6 +13,7 @@ axis, or huge axes beside a zero-length one) is refused before numpy sees it. Ev
 
 Example:
     >>> import numpy as np, os, tempfile
+    >>> from torchloom.io import probe_volume, read_volume
     >>> path = os.path.join(tempfile.mkdtemp(), "ct.npy")
     >>> np.save(path, np.arange(24, dtype=np.int16).reshape(2, 3, 4))
     >>> header = probe_volume(path)
@@ -60,6 +61,16 @@ class VolumeHeader:
 
     ``offset`` is the data's position in the file when it can be memory-mapped (a ``.npy`` or a
     stored npz member), else ``-1``; ``member`` is the npz member name (None for ``.npy``).
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.io import probe_volume
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "ct.npz")
+        ...     np.savez(path, ct=np.zeros((4, 5, 6), np.float32))
+        ...     header = probe_volume(path)
+        >>> header.shape, header.dtype, header.member, header.memmappable
+        ((4, 5, 6), dtype('float32'), 'ct.npy', True)
     """
 
     shape: tuple[int, ...]

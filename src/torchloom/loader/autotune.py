@@ -8,14 +8,6 @@ it exists, torchloom's thread :class:`~torchloom.Loader`; ``pin_memory`` only wh
 (for the DataLoader trials and the Loader's alike, so each is measured as training would run it).
 A memory estimate per worker (its private start-up growth plus the batches it holds in flight)
 refuses settings that would not fit in the memory available.
-
-Example:
-    >>> from torchloom.datasets import TableDataset
-    >>> import pyarrow as pa
-    >>> result = tune(TableDataset(pa.table({"x": list(range(256))})), batch_size=32, budget_s=3,
-    ...               max_workers=1, progress=False)
-    >>> result.best["batch_size"], len(result.table) >= 3
-    (32, True)
 """
 
 from __future__ import annotations
@@ -46,7 +38,14 @@ MAX_SLICE_S = 6.0
 
 @dataclass
 class Trial:
-    """One measured setting: its keyword arguments, samples/s, start-up time, and what happened."""
+    """One measured setting: its keyword arguments, samples/s, start-up time, and what happened.
+
+    Example:
+        >>> from torchloom.loader import Trial
+        >>> trial = Trial({"batch_size": 32, "num_workers": 4, "pin_memory": True}, samples_per_s=2400.0)
+        >>> trial.name, trial.status
+        ('DataLoader(num_workers=4, pin_memory=True)', 'measured')
+    """
 
     setting: dict[str, Any]
     samples_per_s: float = 0.0
@@ -70,7 +69,16 @@ class Trial:
 @dataclass
 class TuneResult:
     """The best keyword arguments (for ``DataLoader``, or ``{"loader": "threads", ...}`` for
-    :class:`torchloom.Loader`) and every trial, in the order measured."""
+    :class:`torchloom.Loader`) and every trial, in the order measured.
+
+    Example:
+        >>> from torchloom.loader import Trial, TuneResult
+        >>> trials = [Trial({"batch_size": 32, "num_workers": 0}, samples_per_s=900.0),
+        ...           Trial({"batch_size": 32, "num_workers": 2}, samples_per_s=1800.0)]
+        >>> result = TuneResult(best=trials[1].setting, table=trials)
+        >>> [(row["status"], row["vs best"]) for row in result.rows()]
+        [('measured', '0.50×'), ('measured (chosen)', '1.00×')]
+    """
 
     best: dict[str, Any]
     table: list[Trial] = field(default_factory=list)
@@ -115,7 +123,12 @@ def tune(
     try_loader: bool = True,
     progress: bool = True,
 ) -> TuneResult:
-    """Measure loader settings for ``dataset`` and return the fastest (see the module docstring).
+    """Measure loader settings for ``dataset`` within ``budget_s`` and return the fastest.
+
+    The search (:mod:`torchloom.loader.autotune`'s notes say more): worker counts doubling up to
+    the cores, then the neighbours of the best, the prefetch depth and torchloom's thread
+    :class:`~torchloom.Loader`, each measured at steady state with its start-up timed apart; a
+    setting whose workers would not fit in the memory available is refused, not tried.
 
     Args:
         dataset: a map-style dataset (an IterableDataset is measured over worker counts only).
@@ -127,6 +140,15 @@ def tune(
         try_loader: also measure torchloom's thread :class:`~torchloom.Loader` (map-style
             datasets only).
         progress: show a progress bar.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torchloom import tune
+        >>> from torchloom.datasets import TableDataset
+        >>> result = tune(TableDataset(pa.table({"x": list(range(256))})), batch_size=32, budget_s=3,
+        ...               max_workers=1, progress=False)
+        >>> result.best["batch_size"], len(result.table) >= 3
+        (32, True)
     """
     if budget_s <= 0:
         raise ConfigError(f"budget_s must be positive, got {budget_s}")

@@ -82,7 +82,7 @@ def order_settings(sampler: Sampler[Any], *, batch_size: int | None) -> dict[str
 
 
 class SamplerPosition:
-    """The position of a Loader in its sampler's epochs (see the module docstring).
+    """The position of a Loader in its sampler's epochs (the rules: :mod:`torchloom.loader.position`).
 
     Args:
         sampler: the Loader's sampler.

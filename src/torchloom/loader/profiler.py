@@ -11,18 +11,6 @@ With CUDA, a step's kernels run asynchronously: time in ``next()`` while the GPU
 overlap, not starvation. The profiler records a CUDA event at the end of each step and counts a
 wait only when that event has completed by the time the batch arrives (no synchronisation, so it
 does not change what it measures; the wait counted is then an upper bound).
-
-Example:
-    >>> from torchloom.datasets import TableDataset
-    >>> import pyarrow as pa
-    >>> from torch.utils.data import DataLoader
-    >>> loader = DataLoader(TableDataset(pa.table({"x": list(range(64))})), batch_size=8)
-    >>> profiler = LoaderProfiler(loader)
-    >>> for batch in profiler:
-    ...     pass
-    >>> report = profiler.report()
-    >>> report.batches, report.samples
-    (8, 64)
 """
 
 from __future__ import annotations
@@ -52,7 +40,10 @@ class _Timeline:
 
 
 class LoaderProfiler:
-    """Time a loader inside a real training loop (see the module docstring).
+    """Time a loader inside a real training loop: each ``next()`` (the loop waiting for data) apart
+    from the rest of the step, the first batch apart from the steady state, and, for torchloom
+    datasets, the read, decode, transform, collate and hand-off times of every worker; its report
+    ends with a verdict and the change most likely to help.
 
     Use ``for batch in LoaderProfiler(loader): ...``, or ``profiler(loader)`` to profile another
     loader with the same profiler, then :meth:`report`. Attach it before the loader's workers
@@ -61,6 +52,19 @@ class LoaderProfiler:
     Args:
         loader: a DataLoader, StatefulDataLoader or :class:`torchloom.Loader` (anything iterable).
         stages: time read/decode/transform/collate inside torchloom datasets (default True).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from torch.utils.data import DataLoader
+        >>> from torchloom import LoaderProfiler
+        >>> from torchloom.datasets import TableDataset
+        >>> loader = DataLoader(TableDataset(pa.table({"x": list(range(64))})), batch_size=8)
+        >>> profiler = LoaderProfiler(loader)
+        >>> for batch in profiler:
+        ...     pass  # the training step
+        >>> report = profiler.report()
+        >>> report.batches, report.samples
+        (8, 64)
     """
 
     def __init__(self, loader: Any = None, *, stages: bool = True) -> None:

@@ -1,14 +1,4 @@
-"""What a :class:`~torchloom.loader.profiler.LoaderProfiler` measured, and what it advises.
-
-Example:
-    >>> report = ProfileReport(batches=10, samples=640, wall_s=2.0, startup_s=0.1, wait_s=1.2,
-    ...                        step_s=0.7, wait_share=0.63, samples_per_s=320.0,
-    ...                        wait_p50_ms=120.0, wait_p90_ms=130.0, wait_p99_ms=140.0,
-    ...                        stages={"read": 0.1, "decode": 2.1, "transform": 0.6, "collate": 0.2})
-    >>> verdict, advice = advise(report, None)
-    >>> verdict
-    'data-bound: 63% of step time waiting for data; decode is 70% of loading time'
-"""
+"""What a :class:`~torchloom.LoaderProfiler` measured, and what it advises."""
 
 from __future__ import annotations
 
@@ -44,7 +34,19 @@ ADVICE = {
 
 @dataclass
 class ProfileReport:
-    """Times in seconds (``*_ms``: milliseconds); ``stages`` sums every worker's stage times."""
+    """Times in seconds (``*_ms``: milliseconds); ``stages`` sums every worker's stage times.
+
+    ``str(report)`` prints the verdict, the times, each stage's share and the advice.
+
+    Example:
+        >>> from torchloom.loader import ProfileReport
+        >>> report = ProfileReport(batches=10, samples=640, wall_s=2.0, startup_s=0.1, wait_s=1.2,
+        ...                        step_s=0.7, wait_share=0.63, samples_per_s=320.0,
+        ...                        wait_p50_ms=120.0, wait_p90_ms=130.0, wait_p99_ms=140.0,
+        ...                        stages={"read": 0.1, "decode": 2.1, "transform": 0.6, "collate": 0.2})
+        >>> report.data_bound, round(report.stage_shares()["decode"], 2)
+        (True, 0.7)
+    """
 
     batches: int
     samples: int
@@ -94,7 +96,17 @@ class ProfileReport:
 
 
 def advise(report: ProfileReport, loader: Any) -> tuple[str, str]:
-    """The one-line verdict and the change most likely to help, with the measured reason."""
+    """The one-line verdict and the change most likely to help, with the measured reason.
+
+    Example:
+        >>> report = ProfileReport(batches=10, samples=640, wall_s=2.0, startup_s=0.1, wait_s=1.2,
+        ...                        step_s=0.7, wait_share=0.63, samples_per_s=320.0,
+        ...                        wait_p50_ms=120.0, wait_p90_ms=130.0, wait_p99_ms=140.0,
+        ...                        stages={"read": 0.1, "decode": 2.1, "transform": 0.6, "collate": 0.2})
+        >>> verdict, advice = advise(report, None)
+        >>> verdict
+        'data-bound: 63% of step time waiting for data; decode is 70% of loading time'
+    """
     shares = report.stage_shares()
     if not any(report.stages.get(stage, 0.0) > 0 for stage in ("read", "decode", "transform")):
         shares = {}  # not a torchloom dataset: its own stages were not timed, so no share is telling

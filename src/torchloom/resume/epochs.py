@@ -35,6 +35,7 @@ end of epoch ``saved``) reads the next epoch for its first ``set_epoch`` (which 
 and then that epoch again for its second: that ``set_epoch`` warns too, naming the repeat.
 
 Example:
+    >>> from torchloom.resume import Epochs
     >>> epochs = Epochs("Sampler")
     >>> epochs.set_epoch(1), epochs.epoch
     (True, 1)
@@ -63,7 +64,22 @@ from torchloom._compat import user_stacklevel
 @runtime_checkable
 class SetsEpoch(Protocol):
     """Takes the epoch to read next: torchloom's samplers and streams, torch's DistributedSampler, a
-    dataset whose samples change with the epoch."""
+    dataset whose samples change with the epoch.
+
+    Example:
+        >>> from torch.utils.data import DistributedSampler
+        >>> from torchloom.resume import SetsEpoch
+        >>> from torchloom.samplers import IndexSampler
+        >>> isinstance(IndexSampler(8), SetsEpoch), isinstance(range(8), SetsEpoch)
+        (True, False)
+        >>> def start_epoch(parts: list[object], epoch: int) -> int:
+        ...     started = [part for part in parts if isinstance(part, SetsEpoch)]
+        ...     for part in started:
+        ...         part.set_epoch(epoch)
+        ...     return len(started)
+        >>> start_epoch([IndexSampler(8), DistributedSampler(range(8), num_replicas=1, rank=0), range(3)], 2)
+        2
+    """
 
     def set_epoch(self, epoch: int) -> None: ...
 
@@ -73,7 +89,16 @@ class HasEpoch(SetsEpoch, Protocol):
     """Takes the epoch to read next and says which one it is in (``epoch``), as DistributedSampler does.
 
     The attribute may hold something else than an int (None before a first ``set_epoch``): readers
-    check its value, not only that it is there."""
+    check its value, not only that it is there.
+
+    Example:
+        >>> from torch.utils.data import DistributedSampler
+        >>> from torchloom.resume import HasEpoch
+        >>> sampler = DistributedSampler(range(8), num_replicas=1, rank=0)
+        >>> sampler.set_epoch(3)
+        >>> isinstance(sampler, HasEpoch), sampler.epoch
+        (True, 3)
+    """
 
     epoch: int
 
@@ -104,7 +129,10 @@ def loaded_epoch_wins(loaded: int, requested: int | None) -> bool:
 
 
 class Epochs:
-    """The epoch of one resumable object and the rules that move it (see the module docstring).
+    """The epoch of one resumable object and the rules that move it: ``set_epoch`` and a loaded
+    checkpoint may come in either order before an iteration, and the later epoch wins; a position
+    at the end of its epoch resumes into the next one (the rules in full:
+    :mod:`torchloom.resume.epochs`'s notes).
 
     Args:
         owner: the owner's name, for the warnings of a ``set_epoch`` or a load that loses.
@@ -116,6 +144,15 @@ class Epochs:
         requested: the epoch ``set_epoch`` asked for since the last iteration began, else None.
         loaded: the epoch a checkpoint loaded since the last iteration began resumes in, else None.
         finished: the epoch the last iteration read to its end, until ``set_epoch`` or a load.
+
+    Example:
+        >>> from torchloom.resume import Epochs
+        >>> epochs = Epochs("MySampler")
+        >>> epochs.set_epoch(2), epochs.epoch
+        (True, 2)
+        >>> epochs.begin()  # the iteration of epoch 2 starts
+        >>> epochs.load(2, finished=True)  # a checkpoint at the end of epoch 2: epoch 3 comes next
+        3
     """
 
     def __init__(self, owner: str, *, finished_moves_on: bool = True) -> None:

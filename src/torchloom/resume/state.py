@@ -18,6 +18,7 @@ The rules every implementation keeps:
 :class:`SharedInts` carries ``set_epoch`` into DataLoader workers, persistent ones included.
 
 Example:
+    >>> from torchloom.resume import Resumable
     >>> class Counter(Resumable):
     ...     KEY_COUNT = "count"
     ...     def __init__(self): self.count = 0
@@ -48,7 +49,16 @@ KEY_KIND = "kind"
 @runtime_checkable
 class Stateful(Protocol):
     """Saves and restores its position as a plain dict: every :class:`Resumable`, torchdata's stateful
-    samplers, anything a ``StatefulDataLoader`` checkpoints."""
+    samplers, anything a ``StatefulDataLoader`` checkpoints.
+
+    Example:
+        >>> from torchloom.resume import Stateful
+        >>> from torchloom.samplers import IndexSampler
+        >>> def checkpoint(parts: dict[str, Stateful]) -> dict:
+        ...     return {name: part.state_dict() for name, part in parts.items()}
+        >>> checkpoint({"sampler": IndexSampler(10, seed=1)})["sampler"]["kind"]
+        'IndexSampler'
+    """
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -60,6 +70,28 @@ class Resumable(Stateful):
 
     ``STATE_VERSION`` is bumped when the state's meaning changes; ``_upgrade`` fills in what older
     versions lack. A state from a newer torchloom, or from another class, is refused.
+
+    Example:
+        >>> from torchloom.resume import Resumable, StateMismatchError
+        >>> class Cursor(Resumable):
+        ...     KEY_ROW = "row"
+        ...     def __init__(self):
+        ...         self.row = 0
+        ...     def _get_state(self):
+        ...         return {self.KEY_ROW: self.row}
+        ...     def _set_state(self, state):
+        ...         self.row = state.get(self.KEY_ROW, 0)  # a default for older checkpoints
+        >>> cursor = Cursor()
+        >>> cursor.row = 7
+        >>> resumed = Cursor()
+        >>> resumed.load_state_dict(cursor.state_dict())
+        >>> resumed.row
+        7
+        >>> try:
+        ...     resumed.load_state_dict({"row": 1, "version": 1, "kind": "Sampler"})
+        ... except StateMismatchError as error:
+        ...     print(error)
+        checkpoint state was written by a Sampler, not a Cursor; load it into the same kind of object
     """
 
     STATE_VERSION: ClassVar[int] = 1

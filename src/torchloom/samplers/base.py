@@ -79,6 +79,21 @@ class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch
         rank, world_size: resolved from torch.distributed when iteration starts, unless given.
         drop_last: trim the order to a multiple of ``world_size`` units instead of padding it.
         unit: indices per unit of distribution (a batch size for batch-composed orders).
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.samplers import KeySampler
+        >>> class Reversed(KeySampler):  # every epoch the same order, last index first
+        ...     def __init__(self, size, **kwargs):
+        ...         self.size = size
+        ...         super().__init__(**kwargs)
+        ...     def _global_order(self, epoch):
+        ...         return np.arange(self.size)[::-1]
+        ...     def _config(self):
+        ...         return {"size": self.size}
+        >>> sampler = Reversed(4, seed=0, world_size=2, rank=1)  # rank 1 takes every second index
+        >>> [int(key) for key in sampler], len(sampler)
+        ([2, 0], 2)
     """
 
     STATE_VERSION = 2

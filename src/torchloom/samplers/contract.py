@@ -11,15 +11,12 @@ The values behind an attribute are checked where they are read (a user's sampler
 
 Example:
     >>> from torch.utils.data import DistributedSampler, SequentialSampler
-    >>> from torchloom.resume.epochs import HasEpoch
-    >>> from torchloom.samplers import IndexSampler
+    >>> from torchloom.resume import HasEpoch
+    >>> from torchloom.samplers import IndexSampler, UnitSampler
     >>> isinstance(IndexSampler(8), UnitSampler), isinstance(SequentialSampler(range(8)), UnitSampler)
     (True, False)
     >>> isinstance(DistributedSampler(range(8), num_replicas=1, rank=0), HasEpoch)
     True
-    >>> from torch.utils.data import RandomSampler
-    >>> isinstance(RandomSampler(range(8)), RandomOrder), isinstance(IndexSampler(8), RandomOrder)
-    (True, False)
 """
 
 from __future__ import annotations
@@ -30,7 +27,14 @@ from typing import Protocol, runtime_checkable
 @runtime_checkable
 class UnitSampler(Protocol):
     """Yields whole units of ``unit`` keys (a batch of :class:`~torchloom.samplers.MixtureSampler`
-    with ``batch_size``): a batch must hold whole units for the composition promised per unit."""
+    with ``batch_size``): a batch must hold whole units for the composition promised per unit.
+
+    Example:
+        >>> from torchloom.samplers import IndexSampler, MixtureSampler, UnitSampler
+        >>> mixture = MixtureSampler([60, 40], [0.5, 0.5], batch_size=8, world_size=1, rank=0)
+        >>> isinstance(mixture, UnitSampler), mixture.unit, IndexSampler(8).unit
+        (True, 8, 1)
+    """
 
     unit: int
 
@@ -56,6 +60,13 @@ class SeededShuffle(Protocol):
 class RandomOrder(Protocol):
     """Draws a new order from a torch ``generator`` every pass (``RandomSampler``,
     ``WeightedRandomSampler``, ``SubsetRandomSampler``): a pass cannot be replayed, so a position
-    inside it cannot be resumed by skipping what was delivered."""
+    inside it cannot be resumed by skipping what was delivered.
+
+    Example:
+        >>> from torch.utils.data import RandomSampler
+        >>> from torchloom.samplers import IndexSampler
+        >>> isinstance(RandomSampler(range(8)), RandomOrder), isinstance(IndexSampler(8), RandomOrder)
+        (True, False)
+    """
 
     generator: object

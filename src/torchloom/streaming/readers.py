@@ -2,6 +2,7 @@
 
 Example:
     >>> import tempfile, os
+    >>> from torchloom.streaming import read_jsonl
     >>> path = os.path.join(tempfile.mkdtemp(), "part.jsonl")
     >>> _ = open(path, "w").write('{"x": 1}\\n{"x": 2}\\n')
     >>> list(read_jsonl(path))
@@ -42,7 +43,17 @@ def _open_shard(shard: str) -> Iterator[BinaryIO]:
 
 def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
     """One JSON object per line (a BOM allowed); blank lines are skipped; a bad line names the
-    shard and line."""
+    shard and line.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.streaming import read_jsonl
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "part-0.jsonl")
+        ...     _ = open(path, "w").write('{"id": 1, "text": "bolt"}\\n\\n{"id": 2, "text": "nut"}\\n')
+        ...     print([record["text"] for record in read_jsonl(path)])
+        ['bolt', 'nut']
+    """
     with _open_shard(shard) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -55,7 +66,17 @@ def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
 
 def read_csv(shard: str) -> Iterator[dict[str, Any]]:
     """CSV with a header row. Values are typed as in manifests: a column of canonical integers
-    becomes ints, of numbers floats; anything else, a code like ``007`` included, stays text."""
+    becomes ints, of numbers floats; anything else, a code like ``007`` included, stays text.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.streaming import read_csv
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "part-0.csv")
+        ...     _ = open(path, "w").write("code,count,price\\n007,3,1.5\\n012,4,2\\n")
+        ...     print(list(read_csv(path)))
+        [{'code': '007', 'count': 3, 'price': 1.5}, {'code': '012', 'count': 4, 'price': 2.0}]
+    """
     with _open_shard(shard) as handle:
         data = handle.read()
     try:
@@ -68,7 +89,18 @@ def read_csv(shard: str) -> Iterator[dict[str, Any]]:
 
 
 def read_parquet(shard: str) -> Iterator[dict[str, Any]]:
-    """Parquet, read one row group at a time."""
+    """Parquet, read one row group at a time.
+
+    Example:
+        >>> import os, tempfile
+        >>> import pyarrow as pa, pyarrow.parquet as pq
+        >>> from torchloom.streaming import read_parquet
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "part-0.parquet")
+        ...     pq.write_table(pa.table({"id": [1, 2, 3]}), path, row_group_size=2)
+        ...     print(list(read_parquet(path)))
+        [{'id': 1}, {'id': 2}, {'id': 3}]
+    """
     with _open_shard(shard) as handle:
         try:
             parquet = pa_parquet.ParquetFile(handle)
@@ -89,7 +121,13 @@ READERS: dict[str, Reader] = {
 
 
 def reader_for(shard: str) -> Reader:
-    """The built-in reader for a shard's extension."""
+    """The built-in reader for a shard's extension.
+
+    Example:
+        >>> from torchloom.streaming import reader_for
+        >>> reader_for("s3://bucket/train/part-0.parquet").__name__, reader_for("part-1.JSONL").__name__
+        ('read_parquet', 'read_jsonl')
+    """
     suffix = os.path.splitext(shard.split("?", 1)[0])[1].lower()
     if suffix not in READERS:
         raise ManifestError(

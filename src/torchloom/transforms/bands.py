@@ -8,6 +8,7 @@ PCA to a few components is :class:`torchloom.transforms.pca.PCA`.
 
 Example:
     >>> import numpy as np
+    >>> from torchloom.transforms import RandomBands, SelectBands
     >>> patch = np.arange(2 * 2 * 6).reshape(2, 2, 6)
     >>> RandomBands(3)(patch, np.random.default_rng(0)).shape
     (2, 2, 3)

@@ -27,21 +27,56 @@ from torchloom.errors import TransformError
 
 @runtime_checkable
 class Transform(Protocol):
-    """A per-sample transform: ``(image, rng) -> image``."""
+    """A per-sample transform: ``(image, rng) -> image``.
+
+    Any callable of that signature satisfies it; random choices draw from ``rng``, the sample's own
+    generator, so that they repeat for the same sample, epoch and seed whatever the workers.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.transforms import Compose, Transform
+        >>> def maybe_invert(image, rng):
+        ...     return 255 - image if rng.random() < 0.5 else image
+        >>> pipeline: Transform = Compose([maybe_invert])
+        >>> image = np.zeros((2, 2, 3), np.uint8)
+        >>> a, b = (pipeline(image, np.random.default_rng(7)) for _ in range(2))
+        >>> isinstance(maybe_invert, Transform), bool((a == b).all())
+        (True, True)
+    """
 
     def __call__(self, image: Any, rng: np.random.Generator) -> Any: ...
 
 
 @runtime_checkable
 class PlannedTransform(Protocol):
-    """A transform that can draw its parameters before the image is decoded."""
+    """A transform that can draw its parameters before the image is decoded.
+
+    A dataset asks its :meth:`plan` for the image's header size, decodes no larger than the plan's
+    ``min_size`` (a JPEG at a reduced scale) and finishes with ``plan.finish``.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.transforms import PlannedTransform, RandomResizedCrop
+        >>> crop = RandomResizedCrop(32)
+        >>> plan = crop.plan(1200, 1600, np.random.default_rng(0))
+        >>> isinstance(crop, PlannedTransform), plan.min_size is not None
+        (True, True)
+    """
 
     def plan(self, height: int, width: int, rng: np.random.Generator) -> DecodePlan: ...
 
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """The smallest decoded size a transform needs, and how to finish on the decoded image."""
+    """The smallest decoded size a transform needs, and how to finish on the decoded image.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.transforms import Resize
+        >>> plan = Resize((24, 32)).plan(480, 640, np.random.default_rng(0))
+        >>> plan.min_size, plan.finish(np.zeros((60, 80, 3), np.uint8)).shape
+        ((60, 80), (24, 32, 3))
+    """
 
     min_size: tuple[int, int] | None
     finish: Callable[[np.ndarray], Any]

@@ -5,6 +5,7 @@ bilinear when the image shrinks by at most 2×, area averaging (antialiased) bey
 
 Example:
     >>> import numpy as np
+    >>> from torchloom import RandomResizedCrop
     >>> crop = RandomResizedCrop(32)
     >>> crop(np.zeros((100, 80, 3), np.uint8), np.random.default_rng(0)).shape
     (32, 32, 3)
@@ -37,7 +38,15 @@ CROP_ATTEMPTS = 10
 
 @dataclass(frozen=True)
 class Box:
-    """A crop box in pixels of the image it was drawn for."""
+    """A crop box in pixels of the image it was drawn for.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.transforms import RandomResizedCrop
+        >>> box = RandomResizedCrop(32).draw_box(100, 200, np.random.default_rng(0))
+        >>> 0 <= box.top < box.top + box.height <= 100, box.scaled(0.5, 0.5, 50, 100).height <= 50
+        (True, True)
+    """
 
     top: int
     left: int

@@ -12,7 +12,8 @@ file; :meth:`PCA.fit_or_load` fits once and reuses the file after.
 
 Example:
     >>> import numpy as np, os, tempfile
-    >>> from torchloom.io.cube import ArrayCube
+    >>> from torchloom.io import ArrayCube
+    >>> from torchloom.transforms import PCA
     >>> cube = ArrayCube(np.random.default_rng(0).normal(size=(16, 16, 8)))
     >>> pca = PCA.fit([cube], 3, pixels=100, seed=0)
     >>> pca(cube.read(rows=slice(0, 5), cols=slice(0, 5)), np.random.default_rng(0)).shape
@@ -52,7 +53,23 @@ _REFIT = "the file was altered or damaged: delete it and fit again"
 
 @runtime_checkable
 class PixelSource(Protocol):
-    """Cubes plus the pixels a fit may draw from (a dataset's sample centres), or ``None`` for all."""
+    """Cubes plus the pixels a fit may draw from (a dataset's sample centres), or ``None`` for all.
+
+    A :class:`~torchloom.datasets.HyperspectralDataset` is one: :meth:`PCA.fit` on it draws only
+    the labelled pixels its samples are centred on.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.datasets import HyperspectralDataset
+        >>> from torchloom.io import ArrayCube
+        >>> from torchloom.transforms import PCA, PixelSource
+        >>> cube = ArrayCube(np.random.default_rng(0).normal(size=(6, 6, 4)), path="scene")
+        >>> mask = np.zeros((6, 6), np.int64)
+        >>> mask[1:5, 1:5] = 1
+        >>> patches: PixelSource = HyperspectralDataset(cube, masks=mask, patch_size=3)
+        >>> len(patches.cubes), PCA.fit(patches, 2, pixels=16, seed=0).components.shape
+        (1, (2, 4))
+    """
 
     @property
     def cubes(self) -> Sequence[CubeSource]: ...
@@ -70,7 +87,7 @@ class PCA:
 
     Example:
         >>> import numpy as np
-        >>> from torchloom.io.cube import ArrayCube
+        >>> from torchloom.io import ArrayCube
         >>> pca = PCA.fit([ArrayCube(np.random.default_rng(1).random((8, 8, 4)))], 2, pixels=64)
         >>> pca.components.shape, pca.settings["k"]
         ((2, 4), 2)

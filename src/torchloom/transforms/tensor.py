@@ -5,6 +5,8 @@ batch afterwards, on the device that trains.
 
 Example:
     >>> import numpy as np, torch
+    >>> from torchloom import Normalize
+    >>> from torchloom.transforms import ToTensor
     >>> image = ToTensor()(np.zeros((4, 5, 3), np.uint8), np.random.default_rng(0))
     >>> image.shape, image.dtype
     (torch.Size([3, 4, 5]), torch.uint8)
@@ -83,7 +85,17 @@ def write_chw(image: np.ndarray, out: torch.Tensor, out_array: np.ndarray | None
 
 
 class ToTensor:
-    """Turn an HWC ``uint8`` array into a CHW ``uint8`` tensor (no scaling)."""
+    """Turn an HWC ``uint8`` array into a CHW ``uint8`` tensor (no scaling).
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom import Compose, Resize
+        >>> from torchloom.transforms import ToTensor
+        >>> pipeline = Compose([Resize((32, 48)), ToTensor()])
+        >>> image = pipeline(np.zeros((64, 96, 3), np.uint8), np.random.default_rng(0))
+        >>> image.shape, image.dtype
+        (torch.Size([3, 32, 48]), torch.uint8)
+    """
 
     def __call__(self, image: Any, rng: np.random.Generator) -> torch.Tensor:
         return to_chw_tensor(image)

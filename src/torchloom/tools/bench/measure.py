@@ -27,7 +27,20 @@ def run_bench(
     split: str | None = None,
     allow_outside_root: bool = False,
 ) -> int:
-    """Measure, print and plot (what the dataset left out goes to stderr); returns the exit status."""
+    """Measure, print and plot (what the dataset left out goes to stderr); returns the exit status.
+
+    Example:
+        >>> import contextlib, io, json, tempfile
+        >>> from torchloom.testing import write_class_folders
+        >>> from torchloom.tools.bench import run_bench
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = write_class_folders(root, [8, 8], size=(16, 16), progress=False)
+        ...     printed = io.StringIO()
+        ...     with contextlib.redirect_stdout(printed):
+        ...         status = run_bench(root, batch_size=8, budget_s=1, as_json=True, plot=None)
+        >>> status, json.loads(printed.getvalue())["best"]["batch_size"]
+        (0, 8)
+    """
     dataset = open_image_dataset(data, split=split, on_error="skip", allow_outside_root=allow_outside_root)
     report = getattr(dataset, "report", None)
     if isinstance(report, DatasetReport):
@@ -72,7 +85,19 @@ def _print_table(result: TuneResult) -> None:
 
 
 def plot_trials(result: TuneResult, path: str) -> str:
-    """Write the samples/s-against-workers plot to ``path``; returns a line saying what was written."""
+    """Write the samples/s-against-workers plot to ``path``; returns a line saying what was written.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.loader import Trial, TuneResult
+        >>> from torchloom.tools.bench import plot_trials
+        >>> trials = [Trial({"batch_size": 8, "num_workers": n}, samples_per_s=100.0 + n) for n in range(3)]
+        >>> result = TuneResult(best=trials[2].setting, table=trials)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = plot_trials(result, os.path.join(folder, "bench.png"))
+        ...     print(os.path.getsize(os.path.join(folder, "bench.png")) > 0)
+        True
+    """
     try:
         import matplotlib
 

@@ -6,12 +6,6 @@
 - ``measurements.csv``: a table keyed by the image id (missing rows for some ids);
 - ``sensors/temperature_10hz.parquet`` and ``sensors/vibration_30hz.parquet``: two streams per id
   at 10 Hz and 30 Hz with clock jitter, int64 nanosecond timestamps since the epoch.
-
-Example:
-    >>> import tempfile
-    >>> planted = write_demo_data(tempfile.mkdtemp(), counts=(12, 6), image_size=48, progress=False)
-    >>> len(planted.leaks), len(planted.broken)
-    (2, 3)
 """
 
 from __future__ import annotations
@@ -43,7 +37,16 @@ MIN_IMAGES_PER_CLASS = 2
 
 @dataclass
 class PlantedData:
-    """Where the demo planted what a data check should find (paths relative to the data root)."""
+    """Where the demo planted what a data check should find (paths relative to the data root).
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.tools.demo import write_demo_data
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     planted = write_demo_data(root, counts=(12, 6), image_size=48, progress=False)
+        ...     print(len(planted.ids), os.path.exists(os.path.join(root, planted.leaks[0][1])))
+        18 True
+    """
 
     root: str
     ids: list[str]
@@ -60,7 +63,17 @@ def write_demo_data(
     seed: int = 0,
     progress: bool = True,
 ) -> PlantedData:
-    """Write the demo's files under ``root`` (see the module docstring) and say what was planted."""
+    """Write the demo's files under ``root`` and say what was planted: class folders split into
+    ``given/train`` and ``given/val`` with leaks and broken files, ``measurements.csv`` and two
+    sensor streams (the layout: :mod:`torchloom.tools.demo.data`'s notes).
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom.tools.demo import write_demo_data
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     planted = write_demo_data(root, counts=(12, 6), image_size=48, progress=False)
+        >>> len(planted.leaks), len(planted.broken)
+        (2, 3)"""
     if not 0 < len(counts) <= len(DEMO_CLASSES) or min(counts) < MIN_IMAGES_PER_CLASS:
         raise ConfigError(
             f"counts: 1 to {len(DEMO_CLASSES)} classes of at least {MIN_IMAGES_PER_CLASS} images each, "

@@ -13,13 +13,6 @@ id; temperature at 10 Hz and vibration at 30 Hz per id). Then it
    ``DataLoader`` workers, under ``LoaderProfiler``;
 4. writes ``report.json``, the doctor's plots and a grid of the batch the model saw into the
    output folder it names.
-
-Example:
-    >>> import tempfile
-    >>> result = run_demo(counts=(24, 12), image_size=64, crop_size=48, batch_size=8,
-    ...                   num_workers=0, out=tempfile.mkdtemp(), quiet=True)
-    >>> result.leaks_found_before, result.leaks_found_after, result.samples_trained > 0
-    (2, 0, True)
 """
 
 from __future__ import annotations
@@ -68,7 +61,15 @@ GRID_SAMPLES = 16
 
 @dataclass
 class DemoResult:
-    """What the demo found and measured."""
+    """What the demo found and measured (:func:`run_demo` returns one and writes it as
+    ``report.json``).
+
+    Example:
+        >>> import dataclasses
+        >>> from torchloom.tools.demo import DemoResult
+        >>> [field.name for field in dataclasses.fields(DemoResult)][1:4]
+        ['leaks_planted', 'leaks_found_before', 'leaks_found_after']
+    """
 
     out: str
     leaks_planted: int
@@ -183,7 +184,18 @@ def run_demo(
     out: str | os.PathLike[str] = DEFAULT_OUT,
     quiet: bool = False,
 ) -> DemoResult:
-    """Generate the data, check it, split it, train one epoch and write the report (see above)."""
+    """Generate the data, check it (``doctor``), split it (``prepare``), train one epoch and write
+    the report to ``out`` (the steps: :mod:`torchloom.tools.demo.run`'s notes).
+
+    Example:
+        >>> import tempfile
+        >>> from torchloom.tools.demo import run_demo
+        >>> with tempfile.TemporaryDirectory() as out:
+        ...     result = run_demo(counts=(24, 12), image_size=64, crop_size=48, batch_size=8,
+        ...                       num_workers=0, out=out, quiet=True)
+        >>> result.leaks_found_before, result.leaks_found_after, result.samples_trained > 0
+        (2, 0, True)
+    """
     console = Console(quiet=quiet, highlight=False)
     out = os.path.abspath(os.fspath(out))
     os.makedirs(out, exist_ok=True)

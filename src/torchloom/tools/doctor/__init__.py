@@ -3,6 +3,7 @@
 Example:
     >>> import tempfile
     >>> from torchloom.testing import write_class_folders
+    >>> from torchloom.tools.doctor import diagnose
     >>> root = tempfile.mkdtemp()
     >>> _ = write_class_folders(root, [4, 2], size=(32, 32), progress=False)
     >>> diagnose(root).problems

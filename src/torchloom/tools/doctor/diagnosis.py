@@ -17,6 +17,7 @@ read, 2 on a usage error.
 Example:
     >>> import numpy as np, os, simplejpeg, tempfile
     >>> from torchloom.testing import synthetic_image
+    >>> from torchloom.tools.doctor import diagnose
     >>> root = tempfile.mkdtemp()
     >>> for split, name, seed in [("train", "cat", 0), ("train", "dog", 1), ("val", "cat", 0)]:
     ...     os.makedirs(os.path.join(root, split, name))

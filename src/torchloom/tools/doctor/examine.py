@@ -11,16 +11,6 @@ scores of :mod:`torchloom.tools.doctor.quality` and a colour thumbnail. Files ru
 :data:`CHUNK` at a time (simplejpeg, OpenCV and hashlib release the GIL); the small copies of a
 chunk's equal-sized images are measured together as one stack, so the Python work per file (which
 holds the GIL) stays small next to the decoding. Results are columns of numpy arrays.
-
-Example:
-    >>> import numpy as np, os, simplejpeg, tempfile
-    >>> folder = tempfile.mkdtemp()
-    >>> good, text = os.path.join(folder, "a.jpg"), os.path.join(folder, "b.jpg")
-    >>> _ = open(good, "wb").write(simplejpeg.encode_jpeg(np.zeros((80, 80, 3), np.uint8)))
-    >>> _ = open(text, "wb").write(b"hello")
-    >>> facts = examine_files([good, text], num_threads=1)
-    >>> facts.problem.tolist(), facts.width.tolist(), facts.mode.tolist()
-    ([None, 'not_an_image'], [80, 0], ['RGB', ''])
 """
 
 from __future__ import annotations
@@ -116,6 +106,17 @@ class Examination:
     are the displayed (EXIF-oriented) ones; ``mode`` is Pillow's name (``"RGB"``, ``"L"``,
     ``"RGBA"``, ``"CMYK"``, ``"I;16"``, ...). ``channel_mean`` and ``channel_square`` are the
     per-image means of ``x`` and ``x²`` (``x`` on the 0-1 scale) over the decoded copy.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torchloom.testing import write_class_folders
+        >>> from torchloom.tools.doctor import diagnose
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = write_class_folders(root, [3], size=(24, 32), empty=1, progress=False)
+        ...     facts = diagnose(root, progress=False).facts
+        >>> problems = facts.problem.tolist()
+        >>> problems.count(None), problems.count("empty"), sorted(set(facts.width.tolist()))
+        (3, 1, [0, 32])
     """
 
     paths: Sequence[str]
@@ -243,6 +244,16 @@ def examine_files(
     ``inside``: the real folder every file must resolve into (checked on the opened file).
 
     ``progress`` shows a bar on stderr (after a second) when stderr is a terminal.
+
+    Example:
+        >>> import numpy as np, os, simplejpeg, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> good, text = os.path.join(folder, "a.jpg"), os.path.join(folder, "b.jpg")
+        >>> _ = open(good, "wb").write(simplejpeg.encode_jpeg(np.zeros((80, 80, 3), np.uint8)))
+        >>> _ = open(text, "wb").write(b"hello")
+        >>> facts = examine_files([good, text], num_threads=1)
+        >>> facts.problem.tolist(), facts.width.tolist(), facts.mode.tolist()
+        ([None, 'not_an_image'], [80, 0], ['RGB', ''])
     """
     facts = Examination.empty(paths, inside)
     count = len(paths)

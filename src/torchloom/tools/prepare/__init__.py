@@ -4,6 +4,7 @@ Labels come from a map (:func:`read_label_map`: JSON or CSV) or from filename ru
 (:func:`parse_rules`); :func:`prepare_dataset` labels, checks, splits and writes.
 
 Example:
+    >>> from torchloom.tools.prepare import parse_rules
     >>> [rule.label for rule in parse_rules(["scratch:scr,scratch", "ok:good"])]
     ['scratch', 'ok']
 """

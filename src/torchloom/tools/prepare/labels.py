@@ -9,14 +9,6 @@ Paths are compared as relative POSIX paths (``scratch/img 1.jpg``): ``\\`` becom
 leading ``./`` is dropped. Names are compared in Unicode normal form NFC, on both sides: ``café``
 typed on Linux (one code point for ``é``) matches the same name copied from macOS, which stores it
 decomposed (NFD: ``e`` and a combining accent), as the two look the same on screen.
-
-Example:
-    >>> rules = parse_rules(["scratch:scr,scratch", "ok:good"])
-    >>> labelling = label_by_rules(["a/scr_1.jpg", "b/good_2.jpg", "c/other.jpg", "scr_good.jpg"], rules)
-    >>> labelling.labels
-    ['scratch', 'ok', None, None]
-    >>> labelling.unmatched, labelling.ambiguous
-    (['c/other.jpg'], [('scr_good.jpg', "rules of 'ok', 'scratch' match")])
 """
 
 from __future__ import annotations
@@ -41,7 +33,14 @@ CSV_LABEL_COLUMNS = ("label", "class", "category")
 
 @dataclass(frozen=True)
 class Rule:
-    """Files whose relative path contains any of ``substrings`` (case-insensitive) get ``label``."""
+    """Files whose relative path contains any of ``substrings`` (case-insensitive) get ``label``.
+
+    Example:
+        >>> from torchloom.tools.prepare import Rule, parse_rules
+        >>> rules = parse_rules(["scratch:scr,Scratch", "ok:good"])
+        >>> rules[1], isinstance(rules[0], Rule)
+        (Rule(label='ok', substrings=('good',)), True)
+    """
 
     label: str
     substrings: tuple[str, ...]
@@ -100,6 +99,14 @@ def label_by_rules(files: Sequence[str], rules: Sequence[Rule]) -> Labelling:
 
     A file matching rules of one label gets it; rules of two or more labels make it ambiguous;
     none leaves it unmatched.
+
+    Example:
+        >>> rules = parse_rules(["scratch:scr,scratch", "ok:good"])
+        >>> labelling = label_by_rules(["a/scr_1.jpg", "b/good_2.jpg", "c/other.jpg", "scr_good.jpg"], rules)
+        >>> labelling.labels
+        ['scratch', 'ok', None, None]
+        >>> labelling.unmatched, labelling.ambiguous
+        (['c/other.jpg'], [('scr_good.jpg', "rules of 'ok', 'scratch' match")])
     """
     lowered = [(rule.label, tuple(_nfc(s).lower() for s in rule.substrings)) for rule in rules]
     result = Labelling(labels=[])
@@ -207,8 +214,9 @@ def label_by_map(files: Sequence[str], entries: Sequence[tuple[str, str]]) -> La
     """Label ``files`` (relative POSIX paths) from map entries.
 
     Entries naming no file in ``files`` are unknown; a file given two different labels is
-    ambiguous; files without an entry are unmatched. Names match in NFC (see the module docstring):
-    an entry labels every file whose name is the same in NFC.
+    ambiguous; files without an entry are unmatched. Names match in Unicode normal form NFC (a name
+    typed on Linux matches the same name copied from macOS): an entry labels every file whose name
+    is the same in NFC.
 
     Example:
         >>> result = label_by_map(["a.jpg", "b.jpg"], [("a.jpg", "ok"), ("gone.jpg", "ok")])

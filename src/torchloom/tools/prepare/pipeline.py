@@ -14,16 +14,6 @@ RAW), ``blake2b`` (128-bit content hash), ``rebalanced`` (moved out of its hash 
 balancing) and ``duplicate_group`` (``-1`` when not grouped). ``manifest.csv`` holds the same,
 escaped for spreadsheets (:mod:`torchloom.tools.output_files`: a path that would run as a formula
 gets ``./`` before it); every file is written atomically.
-
-Example:
-    >>> import numpy as np, os, simplejpeg, tempfile
-    >>> raw, out = tempfile.mkdtemp(), tempfile.mkdtemp()
-    >>> for name in ["ok_1.jpg", "ok_2.jpg", "bad_1.jpg"]:
-    ...     _ = open(os.path.join(raw, name), "wb").write(
-    ...         simplejpeg.encode_jpeg(np.full((8, 8, 3), len(name), np.uint8)))
-    >>> result = prepare_dataset(raw, out, rules=parse_rules(["ok:ok_", "bad:bad_"]), fractions=(0.5, 0.5))
-    >>> result.manifest.column("split").to_pylist(), result.problem_count
-    (['train', 'train', 'val'], 0)
 """
 
 from __future__ import annotations
@@ -66,7 +56,22 @@ PATH_COLUMNS = ("image", "source")
 
 @dataclass
 class PrepareResult:
-    """What :func:`prepare_dataset` produced and everything it left out, by kind."""
+    """What :func:`prepare_dataset` produced and everything it left out, by kind.
+
+    Example:
+        >>> import numpy as np, os, simplejpeg, tempfile
+        >>> from torchloom.tools.prepare import parse_rules, prepare_dataset
+        >>> with tempfile.TemporaryDirectory() as raw, tempfile.TemporaryDirectory() as out:
+        ...     for name in ["ok_1.jpg", "ok_2.jpg", "bad_1.jpg", "ok_3.txt", "what.jpg"]:
+        ...         image = simplejpeg.encode_jpeg(np.full((8, 8, 3), len(name), np.uint8))
+        ...         _ = open(os.path.join(raw, name), "wb").write(image)
+        ...     rules = parse_rules(["ok:ok_", "bad:bad_"])
+        ...     result = prepare_dataset(raw, out, rules=rules, fractions=(0.5, 0.5), progress=False)
+        >>> {kind: len(left) for kind, left in result.problems.items() if left}
+        {'unmatched': 1}
+        >>> result.classes, result.manifest.num_rows
+        (['bad', 'ok'], 3)
+    """
 
     manifest: pa.Table
     split_names: tuple[str, ...]
@@ -132,14 +137,28 @@ def prepare_dataset(
     progress: bool = True,
     previous: str | None = None,
 ) -> PrepareResult:
-    """Label, check, split and write (see the module docstring); give ``label_entries`` (from
-    :func:`torchloom.tools.prepare.labels.read_label_map`) or ``rules``. ``materialize``:
+    """Label, check, split and write ``OUT/manifest.parquet`` and ``OUT/manifest.csv`` (the columns
+    and the checks: :mod:`torchloom.tools.prepare.pipeline`'s notes); give ``label_entries`` (from
+    :func:`torchloom.tools.prepare.read_label_map`) or ``rules``. ``materialize``:
     ``"link"`` or ``"copy"`` also builds the ``out/<split>/<label>/`` folders (``--materialize``).
     ``previous``: the manifest of an earlier run whose files keep their split (default:
     ``out/manifest.parquet`` when there is one; see :mod:`torchloom.tools.prepare.split`).
     ``num_threads``: threads checking and hashing the files (default: the one rule for file work,
     see :class:`~torchloom.datasets.IndexingOptions`). ``progress``: a progress bar while they run,
-    shown on a terminal once the work has taken a second."""
+    shown on a terminal once the work has taken a second.
+
+    Example:
+        >>> import numpy as np, os, simplejpeg, tempfile
+        >>> from torchloom.tools.prepare import parse_rules, prepare_dataset
+        >>> raw, out = tempfile.mkdtemp(), tempfile.mkdtemp()
+        >>> for name in ["ok_1.jpg", "ok_2.jpg", "bad_1.jpg"]:
+        ...     _ = open(os.path.join(raw, name), "wb").write(
+        ...         simplejpeg.encode_jpeg(np.full((8, 8, 3), len(name), np.uint8)))
+        >>> rules = parse_rules(["ok:ok_", "bad:bad_"])
+        >>> result = prepare_dataset(raw, out, rules=rules, fractions=(0.5, 0.5))
+        >>> result.manifest.column("split").to_pylist(), result.problem_count
+        (['train', 'train', 'val'], 0)
+    """
     if (label_entries is None) == (rules is None):
         raise ConfigError("give exactly one of label_entries= (a label map) or rules= (filename rules)")
     check_output_folder(raw, out, materializing=materialize is not None)

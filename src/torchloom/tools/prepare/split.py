@@ -25,15 +25,6 @@ So adding files never moves an old one: the new files alone restore the balance,
 can. Without a previous split, files near a cut may change split when others are added
 (``rebalanced`` marks those step 5 moved).
 
-Example:
-    >>> keys = [f"img_{i}.jpg" for i in range(10)]
-    >>> result = stratified_split(keys, np.zeros(10, np.int64), (0.8, 0.2), seed=0)
-    >>> np.bincount(result.split, minlength=2).tolist()
-    [8, 2]
-    >>> more = stratified_split(keys + ["new.jpg"], np.zeros(11, np.int64), (0.8, 0.2), seed=0,
-    ...                         previous=np.append(result.split, -1))
-    >>> bool(np.all(more.split[:10] == result.split)), int(more.split[10])
-    (True, 0)
 """
 
 from __future__ import annotations
@@ -61,7 +52,16 @@ _HASH_BITS = 53
 @dataclass(frozen=True)
 class SplitResult:
     """Per unit: the split number (index into the split names), the hash split it started in,
-    the hash value ``u``, and whether it kept its previous split."""
+    the hash value ``u``, and whether it kept its previous split.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.tools.prepare import stratified_split
+        >>> classes = np.array([0, 0, 0, 0, 1, 1])
+        >>> result = stratified_split([f"{i}.jpg" for i in range(6)], classes, (0.5, 0.5), seed=0)
+        >>> result.split.shape, bool(((result.u >= 0) & (result.u < 1)).all())
+        ((6,), True)
+    """
 
     split: np.ndarray
     hash_split: np.ndarray
@@ -122,10 +122,24 @@ def stratified_split(
     seed: int,
     previous: np.ndarray | None = None,
 ) -> SplitResult:
-    """Assign each unit (``keys[i]`` of class ``classes[i]``) a split, by the module's rule.
+    """Assign each unit (``keys[i]`` of class ``classes[i]``) a split: by a seeded hash of its key,
+    keeping the units a previous run placed, with each class's new units shared to the nearest
+    counts (the rule, exactly: :mod:`torchloom.tools.prepare.split`'s notes).
 
     ``previous``: per unit, the split a previous run gave it (an index into the split names), or
     :data:`NEW` (``-1``) for a unit it did not place; those placed keep their split.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.tools.prepare import stratified_split
+        >>> keys = [f"img_{i}.jpg" for i in range(10)]
+        >>> result = stratified_split(keys, np.zeros(10, np.int64), (0.8, 0.2), seed=0)
+        >>> np.bincount(result.split, minlength=2).tolist()
+        [8, 2]
+        >>> more = stratified_split(keys + ["new.jpg"], np.zeros(11, np.int64), (0.8, 0.2), seed=0,
+        ...                         previous=np.append(result.split, -1))
+        >>> bool(np.all(more.split[:10] == result.split)), int(more.split[10])
+        (True, 0)
     """
     if len(keys) != len(classes):
         raise ConfigError(f"{len(keys)} keys but {len(classes)} classes")

@@ -2,10 +2,6 @@
 
 matplotlib is the optional ``plot`` extra: it is imported when a grid is drawn, and its absence
 is a :class:`MissingPlotError` carrying the install hint.
-
-Example:
-    >>> grid_shape(16), grid_shape(5), grid_shape(1)
-    ((4, 4), (2, 3), (1, 1))
 """
 
 from __future__ import annotations
@@ -34,7 +30,17 @@ EDGE_COLOR = "yellow"
 
 @dataclass(frozen=True)
 class Tile:
-    """One image of a grid: ``image`` HWC ``uint8``, a title, and optionally where it is padding."""
+    """One image of a grid: ``image`` HWC ``uint8``, a title, and optionally where it is padding.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.tools.show import Tile
+        >>> padding = np.zeros((16, 16), bool)
+        >>> padding[:, 12:] = True  # the right columns are padding, hatched in the grid
+        >>> tile = Tile(np.zeros((16, 16, 3), np.uint8), "cat/1.jpg", padding)
+        >>> tile.title, int(tile.padding.sum())
+        ('cat/1.jpg', 64)
+    """
 
     image: np.ndarray
     title: str
@@ -42,7 +48,12 @@ class Tile:
 
 
 def grid_shape(count: int) -> tuple[int, int]:
-    """Rows and columns of a near-square grid of ``count`` tiles (columns >= rows)."""
+    """Rows and columns of a near-square grid of ``count`` tiles (columns >= rows).
+
+    Example:
+        >>> grid_shape(16), grid_shape(5), grid_shape(1)
+        ((4, 4), (2, 3), (1, 1))
+    """
     columns = max(1, math.ceil(math.sqrt(count)))
     return max(1, math.ceil(count / columns)), columns
 
@@ -63,6 +74,16 @@ def draw_grid(tiles: Sequence[Tile], path: str | os.PathLike[str], *, title: str
     """Write ``tiles`` as a grid PNG at ``path``; returns ``(rows, columns)``.
 
     A legend explaining the padding overlay is drawn when any tile has a ``padding`` mask.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.tools.show import Tile, draw_grid
+        >>> tiles = [Tile(np.full((16, 16, 3), 40 * i, np.uint8), f"image {i}") for i in range(5)]
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     shape = draw_grid(tiles, os.path.join(folder, "grid.png"), title="first batch")
+        ...     written = os.path.getsize(os.path.join(folder, "grid.png")) > 0
+        >>> shape, written
+        ((2, 3), True)
     """
     try:
         import matplotlib

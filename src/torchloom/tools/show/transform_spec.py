@@ -7,6 +7,8 @@ keyword. Anything else (attribute access, names, arithmetic, other functions) is
 :class:`ConfigError` that quotes the offending part and lists the allowed names.
 
 Example:
+    >>> from torchloom.errors import ConfigError
+    >>> from torchloom.tools.show import parse_transform_spec
     >>> transform = parse_transform_spec("Resize((32, 48)), HorizontalFlip(p=1.0)")
     >>> import numpy as np
     >>> transform(np.zeros((10, 10, 3), np.uint8), np.random.default_rng(0)).shape
@@ -43,7 +45,15 @@ _SCALARS = (int, float, str, type(None))
 
 
 def parse_transform_spec(spec: str) -> Compose | None:
-    """The :class:`torchloom.transforms.Compose` a spec describes (``None`` for an empty spec)."""
+    """The :class:`torchloom.transforms.Compose` a spec describes (``None`` for an empty spec).
+
+    Example:
+        >>> from torchloom.tools.show import parse_transform_spec
+        >>> parse_transform_spec("Resize(64), HorizontalFlip(p=1.0)")
+        Compose([Resize(size=64), HorizontalFlip(p=1.0)])
+        >>> parse_transform_spec("  ") is None
+        True
+    """
     if not spec.strip():
         return None
     source = f"[{spec}]"
