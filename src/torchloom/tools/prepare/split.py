@@ -24,7 +24,6 @@ The rule, exactly:
 So adding files never moves an old one: the new files alone restore the balance, as far as they
 can. Without a previous split, files near a cut may change split when others are added
 (``rebalanced`` marks those step 5 moved).
-
 """
 
 from __future__ import annotations
