@@ -81,8 +81,9 @@ class Loader(Resumable):
     ``set_epoch(e)`` after a ``break`` in ``e`` or after ``e`` was read to its end reads ``e`` again
     from its start). How each kind of sampler resumes (torchloom's from their own state; one with a
     state from elsewhere, such as torchdata's, from that state, handed over when the resumed pass
-    begins; plain ones by skipping the batches delivered, with what they must match checked, and
-    ``RandomSampler`` refused inside an epoch) is in :mod:`torchloom.loader.position`. The dataset's
+    begins; plain ones by skipping the batches delivered, with what they must match checked; a
+    ``RandomSampler`` replayed from its ``torch.Generator``, and refused inside an epoch without
+    one) is in :mod:`torchloom.loader.position`. The dataset's
     ``set_epoch`` is told the epoch actually read (the loaded one, the one that wins). A sampler's own
     ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``) is followed, since it has happened:
     the state is then the start of that epoch; made before a load, it competes with the load as
