@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +215,16 @@ def test_show_says_the_data_could_not_be_read_not_the_grid(
         f"torchloom show: UnreadableFileError: cannot read {str(data)!r}: permission denied"
     )
     assert "--out" not in error
+
+
+def test_a_manifests_missing_files_are_said_once_on_the_command_line(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command prints what was left out; the dataset's warning would say it a second time."""
+    manifest = data / "m.csv"
+    manifest.write_text("image,label\nok/wide.jpg,ok\ndent/wide.jpg,dent\nok/gone.jpg,ok\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        status = main(["show", str(manifest), "--out", str(tmp_path / "m.png")])
+    err = capsys.readouterr().err
+    assert status == 1 and "file does not exist" in err and "MissingFilesWarning" not in err

@@ -13,9 +13,9 @@ from typing import Any
 
 from torchloom.collation import Collate, PadImages
 from torchloom.datasets.index import DatasetReport
-from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import install_hint
 from torchloom.loader.autotune import Trial, TuneResult, tune
+from torchloom.tools.show.command import open_dataset
 from torchloom.tools.terminal import Output, print_left_out
 
 
@@ -33,8 +33,13 @@ def run_bench(
     """Measure, print and plot (what the dataset left out goes to stderr); returns the exit status.
 
     ``transform`` is applied to each sample, as training would (``show``'s ``--transform``)."""
-    dataset = open_image_dataset(
-        data, split=split, on_error="skip", allow_outside_root=allow_outside_root, transform=transform
+    dataset = open_dataset(
+        data,
+        transform=transform,
+        seed=0,
+        split=split,
+        allow_outside_root=allow_outside_root,
+        progress=not as_json,
     )
     report = getattr(dataset, "report", None)
     if isinstance(report, DatasetReport):
