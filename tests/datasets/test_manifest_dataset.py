@@ -287,3 +287,23 @@ def test_a_missing_file_whose_path_looks_mistyped_says_what_looks_wrong(manifest
     assert "folders are separated by '/'" in reasons[str(manifest_root / "img\\b.jpg")]
     assert "whitespace" in reasons[str(manifest_root / "img" / "c.jpg ")]
     assert repr(str(manifest_root / "img" / "c.jpg ")) in str(dataset.report)  # the space stays visible
+
+
+def test_rows_whose_files_are_missing_are_said_once_as_a_warning(manifest_root: Path) -> None:
+    """They were dropped with nothing said unless ``ds.report`` was read: a smaller dataset, silently."""
+    import warnings
+
+    from torchloom.datasets.manifest import MissingFilesWarning
+
+    rows = [dict(row) for row in ROWS] + [{**ROWS[0], "file": "img/gone.jpg"}, {**ROWS[1], "file": "x.jpg"}]
+    manifest = _write(manifest_root, "m.csv", rows)
+    with pytest.warns(MissingFilesWarning) as told:
+        dataset = ManifestDataset(manifest, fields=[Image("file")], progress=False)
+    assert len(told) == 1 and told[0].filename == __file__  # once, at the user's line
+    message = str(told[0].message)
+    assert "2 row(s) name files that do not exist" in message and "ds.report" in message
+    assert repr(str(manifest_root / "img" / "gone.jpg")) in message and "strict=True" in message
+    assert len(dataset) == len(ROWS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MissingFilesWarning)
+        ManifestDataset(_write(manifest_root, "whole.csv", ROWS), fields=[Image("file")], progress=False)

@@ -148,3 +148,20 @@ def test_the_profiler_reads_a_stateful_dataloader_and_leaves_it_resumable() -> N
     resumed.load_state_dict(state)
     assert seen + sum(len(b["index"]) for b in resumed) == len(Sleepy())
     assert profiler.report().batches == 5
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["dropped", "held"])
+def test_a_loop_left_with_break_keeps_its_wall_time_and_its_last_step(held: bool) -> None:
+    profiler = LoaderProfiler(DataLoader(Sleepy(), batch_size=BATCH, collate_fn=collate))
+    iterator = iter(profiler)
+    for step, _ in enumerate(iterator):
+        time.sleep(STEP_S)
+        if step == 4:
+            break
+    if not held:
+        del iterator  # as a plain ``for batch in profiler: ... break`` does
+    report = profiler.report()
+    assert report.batches == 5
+    assert report.step_s >= 5 * STEP_S, report.step_s  # the fifth step, left by break, included
+    assert report.wall_s >= report.startup_s + report.wait_s + 5 * STEP_S
+    assert report.samples_per_s > 0

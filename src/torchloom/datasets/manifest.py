@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 import torch
 from typing_extensions import Unpack
 
+from torchloom._compat import user_stacklevel
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image, JoinKey, Label, Text
 from torchloom.datasets.index import (
@@ -23,10 +25,15 @@ from torchloom.datasets.index import (
 )
 from torchloom.datasets.options import IndexingOptions, indexing_settings
 from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError
+from torchloom.io.file_errors import REASON_MISSING
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 from torchloom.io.table import read_table
 
 DEFAULT_FIELDS: tuple[Field, ...] = (Image("image"), Label("label"))
+class MissingFilesWarning(UserWarning):
+    """Rows of a manifest name files that are not there: they are left out (``ds.report`` lists them)."""
+
+
 #: Names every sample carries itself; fields may not take them.
 RESERVED_NAMES = frozenset({"index", "path"})
 
@@ -38,7 +45,8 @@ class ManifestDataset(IndexedDataset):
     (relative to ``root``, by default the manifest's folder, or absolute; either must resolve
     inside ``root``), ``Label`` numbers, ``Numeric`` float32 vectors (with a NaN policy) and
     ``Text`` strings. Rows a field rejects and images that fail validation are excluded and listed
-    in :attr:`report`, or raise one error listing them all with ``strict=True``. A path that
+    in :attr:`report`, or raise one error listing them all with ``strict=True``; rows whose file
+    does not exist are also said once, as a :class:`MissingFilesWarning` with their count. A path that
     leaves ``root`` (``..``, an absolute path elsewhere, or a symlink) always raises
     :class:`torchloom.errors.PathOutsideRootError` naming the row, unless
     ``allow_outside_root=True``; a URL (``s3://...``) an :class:`~torchloom.errors.UnsupportedURLError`.
@@ -127,6 +135,7 @@ class ManifestDataset(IndexedDataset):
         )
         if len(keep) == 0:
             raise EmptyDatasetError(f"ManifestDataset {self.source!r} has no usable rows:\n{self.report}")
+        self._warn_missing()
         self.fields = [column.take(keep) for column in compiled]
         self.rows = keep
         label = next((c for c in self.fields if c.classes is not None), None)
@@ -138,6 +147,19 @@ class ManifestDataset(IndexedDataset):
         )
         super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
         self.read_root = read_root
+
+    def _warn_missing(self) -> None:
+        """Say once how many rows name files that are not there: a silent drop looks like a smaller
+        dataset (a moved folder, a manifest from another machine)."""
+        missing = [path for path, reason in self.report.invalid if reason.startswith(REASON_MISSING)]
+        if missing:
+            warnings.warn(
+                f"ManifestDataset {self.source!r}: {len(missing)} row(s) name files that do not exist "
+                f"(first: {missing[0]!r}) and are left out; ds.report lists them (ds.report.summary()). "
+                "Fix the paths or root=, or pass strict=True to refuse such a manifest",
+                MissingFilesWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     def column(self, name: str) -> np.ndarray | StringColumn:
         """The values field ``name`` gives its samples, one per sample, e.g. the ids of a ``JoinKey``."""

@@ -8,10 +8,18 @@ it exists, torchloom's thread :class:`~torchloom.Loader`; ``pin_memory`` only wh
 (for the DataLoader trials and the Loader's alike, so each is measured as training would run it).
 A memory estimate per worker (its private start-up growth plus the batches it holds in flight)
 refuses settings that would not fit in the memory available.
+
+The budget is shared by every trial still to come, whatever its sweep, so the last ones (the
+thread Loader's) get their slice too. A slice reads epoch after epoch, as training does, so a
+small dataset is measured over its epochs' boundaries too, not over the gap between two batches;
+a trial that saw fewer than :data:`MIN_STEADY_BATCHES` batches after its first is not compared
+(``too few batches to tell``), and the result says so in :attr:`TuneResult.note`.
+
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +32,7 @@ from tqdm.auto import tqdm
 from torchloom._threads import usable_cores
 from torchloom.collation import collate
 from torchloom.errors import ConfigError
+from torchloom.loader.counts import check_count
 from torchloom.loader.loader import Loader
 from torchloom.loader.profiler import count_samples
 
@@ -34,6 +43,15 @@ WORKER_BASE_BYTES = 96 * 1024 * 1024
 MEMORY_HEADROOM = 0.2
 # Longest single measurement, whatever the budget.
 MAX_SLICE_S = 6.0
+# Shortest: below it a trial says more about timer noise and start-up than about the setting.
+MIN_SLICE_S = 0.5
+#: The smallest budget :func:`tune` takes: one trial's slice and its start-up.
+MIN_BUDGET_S = 1.0
+#: Batches a trial must see after its first to be compared with the others.
+MIN_STEADY_BATCHES = 5
+# The prefetch depths tried after the best worker count, and at most how many neighbours of it.
+PREFETCH_DEPTHS = (4, 8)
+MAX_NEIGHBOURS = 2
 
 
 @dataclass
@@ -83,6 +101,8 @@ class TuneResult:
     best: dict[str, Any]
     table: list[Trial] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: What the measurements cannot tell (empty when every trial could be compared).
+    note: str = ""
 
     def rows(self) -> list[dict[str, str]]:
         best = max((t.samples_per_s for t in self.table if t.status == "measured"), default=0.0)
@@ -135,7 +155,8 @@ def tune(
         batch_size: the batch size training will use.
         collate_fn: default :func:`torchloom.collate`.
         sampler: the sampler training will use (default: shuffled).
-        budget_s: the time the whole search may take, start-ups included.
+        budget_s: the time the whole search may take, start-ups included (at least
+            :data:`MIN_BUDGET_S`).
         max_workers: the most workers to try (default: the cores this process may use).
         try_loader: also measure torchloom's thread :class:`~torchloom.Loader` (map-style
             datasets only).
@@ -150,8 +171,10 @@ def tune(
         >>> result.best["batch_size"], len(result.table) >= 3
         (32, True)
     """
-    if budget_s <= 0:
-        raise ConfigError(f"budget_s must be positive, got {budget_s}")
+    check_budget(budget_s)
+    check_count("batch_size", batch_size, least=1)
+    if max_workers is not None:
+        check_count("max_workers", max_workers, least=0, fix="0 measures num_workers=0 only")
     collate_fn = collate_fn or collate
     cores = usable_cores()
     top = max(0, min(cores, max_workers if max_workers is not None else cores))
@@ -171,7 +194,16 @@ def tune(
         leave=False,
     )
 
-    def measure(setting: dict[str, Any], left: int) -> Trial:
+    base = {"batch_size": batch_size}
+    counts = sorted({0, *[2**k for k in range(8) if 2**k <= top], top})
+    thread_counts = sorted({1, max(1, cores)}) if try_loader and _map_style(dataset) else []
+    # Trials still to come in every sweep: each slice is a share of the budget left over all of them.
+    planned = len(counts) + MAX_NEIGHBOURS + len(PREFETCH_DEPTHS) + len(thread_counts)
+    overheads: list[float] = []  # each measured trial's time beyond its slice (start-up, shutdown)
+
+    def measure(setting: dict[str, Any]) -> Trial:
+        nonlocal planned
+        left, planned = planned, planned - 1
         trial = Trial(dict(setting))
         result.table.append(trial)
         workers = int(setting.get("num_workers", 0))
@@ -182,40 +214,72 @@ def tune(
         if remaining() <= 0.5:
             trial.status = "not measured: out of budget"
             return trial
-        slice_s = min(MAX_SLICE_S, max(0.5, remaining() / max(1, left)))
+        overhead = sum(overheads) / len(overheads) if overheads else 0.0
+        slice_s = min(MAX_SLICE_S, max(MIN_SLICE_S, remaining() / max(1, left) - overhead))
+        began = time.perf_counter()
         loader = _build(dataset, setting, batch_size, collate_fn, sampler)
-        trial.samples_per_s, trial.startup_s = _rate(loader, slice_s)
+        trial.samples_per_s, trial.startup_s, steady = _rate(loader, slice_s)
+        del loader  # its workers or threads end before the next trial starts
+        overheads.append(max(0.0, time.perf_counter() - began - slice_s))
+        if steady < MIN_STEADY_BATCHES:
+            trial.status = f"too few batches to tell ({steady} after the first in {slice_s:.1f} s)"
         bar.n = round(min(budget_s, time.perf_counter() - started))
         bar.refresh()
         return trial
 
-    base = {"batch_size": batch_size}
-    counts = sorted({0, *[2**k for k in range(8) if 2**k <= top], top})
-    trials = [
-        measure({**base, "num_workers": n, **_worker_options(n, cuda)}, len(counts) - i)
-        for i, n in enumerate(counts)
-    ]
+    trials = [measure({**base, "num_workers": n, **_worker_options(n, cuda)}) for n in counts]
     best = _best(trials)
-    if best is not None and best.setting["num_workers"] > 0:
-        n = best.setting["num_workers"]
-        for neighbour in sorted({n - 1, n + 1} - set(counts)):
-            if 0 < neighbour <= top:
-                measure({**base, "num_workers": neighbour, **_worker_options(neighbour, cuda)}, 3)
+    n = best.setting["num_workers"] if best is not None else 0
+    neighbours = [k for k in sorted({n - 1, n + 1} - set(counts)) if 0 < k <= top] if n > 0 else []
+    planned -= MAX_NEIGHBOURS - len(neighbours) + (0 if n > 0 else len(PREFETCH_DEPTHS))
+    if best is not None and n > 0:
+        for neighbour in neighbours:
+            measure({**base, "num_workers": neighbour, **_worker_options(neighbour, cuda)})
         best = _best(result.table) or best
-        for depth in (4, 8):
-            measure({**best.setting, "prefetch_factor": depth}, 2)
-    if (
-        try_loader
-        and hasattr(dataset, "__getitem__")
-        and not isinstance(dataset, torch.utils.data.IterableDataset)
-    ):
-        for count in sorted({1, max(1, cores)}):
-            measure({**base, "loader": "threads", "num_threads": count, "pin_memory": cuda}, 1)
+        for depth in PREFETCH_DEPTHS:
+            measure({**best.setting, "prefetch_factor": depth})
+    for count in thread_counts:
+        measure({**base, "loader": "threads", "num_threads": count, "pin_memory": cuda})
     bar.close()
     chosen = _best(result.table)
     result.best = chosen.setting if chosen is not None else {**base, "num_workers": 0}
+    result.note = _note(result.table, chosen)
     result.elapsed_s = time.perf_counter() - started
     return result
+
+
+def check_budget(budget_s: float) -> float:
+    """``budget_s`` if :func:`tune` can measure within it, else a :class:`ConfigError` naming it.
+
+    Example:
+        >>> check_budget(30)
+        30
+    """
+    number = isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
+    if not number or not math.isfinite(budget_s) or budget_s < MIN_BUDGET_S:
+        raise ConfigError(
+            f"budget must be a number of seconds of at least {MIN_BUDGET_S:g} (one trial and its start-up), "
+            f"got {budget_s!r}"
+        )
+    return budget_s
+
+
+def _map_style(dataset: Dataset[Any]) -> bool:
+    return hasattr(dataset, "__getitem__") and not isinstance(dataset, torch.utils.data.IterableDataset)
+
+
+def _note(table: list[Trial], chosen: Trial | None) -> str:
+    """What the result cannot tell: trials with too few batches to compare, or none compared."""
+    few = [trial for trial in table if trial.status.startswith("too few")]
+    if chosen is None and few:
+        return (
+            f"the data is too small to tell the settings apart: no trial saw {MIN_STEADY_BATCHES} "
+            "batches after its first; num_workers=0 is returned. Give a larger budget, a smaller "
+            "batch size or more data"
+        )
+    if few:
+        return f"{len(few)} of {len(table)} trials saw too few batches to tell: a larger budget measures them"
+    return ""
 
 
 def _worker_options(workers: int, cuda: bool) -> dict[str, Any]:
@@ -259,25 +323,32 @@ def _build(
     )
 
 
-def _rate(loader: Any, slice_s: float) -> tuple[float, float]:
-    """(steady samples/s over about ``slice_s`` seconds, seconds to the first batch)."""
+def _rate(loader: Any, slice_s: float) -> tuple[float, float, int]:
+    """(steady samples/s over about ``slice_s`` seconds, seconds to the first batch, batches after
+    the first): epoch after epoch, as training reads, so each new epoch's cost is in the rate."""
     began = time.perf_counter()
-    iterator = iter(loader)
-    seen = 0
-    first_at = None
-    for batch in iterator:
-        now = time.perf_counter()
-        if first_at is None:
-            first_at = now
-            continue
-        seen += count_samples(batch)
-        if now - first_at >= slice_s:
+    first_at: float | None = None
+    seen = steady_batches = 0
+    while True:
+        iterator = iter(loader)
+        delivered = 0
+        for batch in iterator:
+            delivered += 1
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+                continue
+            seen += count_samples(batch)
+            steady_batches += 1
+            if now - first_at >= slice_s:
+                break
+        del iterator  # a Loader's threads stop with its iteration
+        if not delivered or (first_at is not None and time.perf_counter() - first_at >= slice_s):
             break
     ended = time.perf_counter()
-    del iterator
     startup = (first_at or ended) - began
     steady = ended - (first_at or ended)
-    return (seen / steady if steady > 0 else 0.0), startup
+    return (seen / steady if steady > 0 else 0.0), startup, steady_batches
 
 
 def _batch_bytes(dataset: Dataset[Any], batch_size: int, collate_fn: Callable[[list[Any]], Any]) -> int:

@@ -34,6 +34,7 @@ from torchloom._threads import batch_threads
 from torchloom.collation import collate
 from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
+from torchloom.loader.counts import check_count
 from torchloom.loader.iteration import LoaderIteration, PassPlan
 from torchloom.loader.pinning import pin_batch
 from torchloom.loader.position import KEY_BATCHES, KEY_SAMPLER, SamplerPosition
@@ -81,8 +82,9 @@ class Loader(Resumable):
     ``set_epoch(e)`` after a ``break`` in ``e`` or after ``e`` was read to its end reads ``e`` again
     from its start). How each kind of sampler resumes (torchloom's from their own state; one with a
     state from elsewhere, such as torchdata's, from that state, handed over when the resumed pass
-    begins; plain ones by skipping the batches delivered, with what they must match checked, and
-    ``RandomSampler`` refused inside an epoch) is in :mod:`torchloom.loader.position`. The dataset's
+    begins; plain ones by skipping the batches delivered, with what they must match checked; a
+    ``RandomSampler`` replayed from its ``torch.Generator``, and refused inside an epoch without
+    one) is in :mod:`torchloom.loader.position`. The dataset's
     ``set_epoch`` is told the epoch actually read (the loaded one, the one that wins). A sampler's own
     ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``) is followed, since it has happened:
     the state is then the start of that epoch; made before a load, it competes with the load as
@@ -122,10 +124,8 @@ class Loader(Resumable):
                 "Loader reads map-style datasets; for an IterableDataset (StreamDataset, SyncedRecordings) "
                 "use a torch DataLoader with workers"
             )
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        if prefetch < 0:
-            raise ConfigError(f"prefetch must be >= 0, got {prefetch}")
+        check_count("batch_size", batch_size, least=1)
+        check_count("prefetch", prefetch, least=0)
         if sampler is not None and shuffle:
             raise ConfigError(
                 "pass either sampler= or shuffle=True, not both (the sampler decides the order)"
@@ -142,9 +142,15 @@ class Loader(Resumable):
                 "whole units, so the composition the sampler promises per unit holds per batch)"
             )
         self.collate_fn = collate_fn or collate
-        self.num_threads = num_threads or batch_threads()
-        if self.num_threads < 1:
-            raise ConfigError(f"num_threads must be >= 1, got {num_threads}")
+        # None is the default; 0 is refused, not taken as the default (a DataLoader's num_workers=0
+        # means no workers: a Loader always has threads).
+        self.num_threads = check_count(
+            "num_threads",
+            batch_threads() if num_threads is None else num_threads,
+            least=1,
+            fix="leave it out for one thread per core (at most 8), or load in the training loop itself "
+            "with a DataLoader(num_workers=0)",
+        )
         self.prefetch = prefetch
         self.drop_last = drop_last
         self.pin_memory = pin_memory and self._can_pin()

@@ -18,8 +18,11 @@ position: what ``set_epoch``, ``load_state_dict``, the sampler's own ``set_epoch
 - A sampler without a state (``DistributedSampler``, ``SequentialSampler``, a user's): the Loader
   applies the rules and skips the batches already delivered, which is exact when the sampler gives
   the same order for the same epoch. A sampler drawing a new order every pass (``RandomSampler``,
-  :class:`~torchloom.samplers.contract.RandomOrder`) cannot be resumed inside an epoch that way:
-  ``load_state_dict`` refuses such a position (typed error with the fix) and the first
+  :class:`~torchloom.samplers.contract.RandomOrder`) is replayed from its ``torch.Generator``
+  (:mod:`torchloom.loader.replay`): the sampler's part of a position is the generator's state as
+  the pass began (at an epoch's end, its state then), and a resume restores it before skipping.
+  One whose generator is out of reach (``RandomSampler(generator=None)``) cannot be resumed inside
+  an epoch: ``load_state_dict`` refuses such a position (typed error with the fix) and the first
   ``state_dict`` that writes one warns.
 
 The state: ``sampler``, the sampler's own state (``{}`` where there is none); ``batches``, the batches
@@ -44,6 +47,7 @@ from torch.utils.data import Dataset, Sampler
 from torchloom._compat import user_stacklevel
 from torchloom.errors import StateMismatchError
 from torchloom.loader.iteration import PassStart, Position
+from torchloom.loader.replay import GeneratorReplay
 from torchloom.resume.epochs import Epochs, SetsEpoch, reported_epoch
 from torchloom.resume.state import Resumable, Stateful
 from torchloom.samplers.contract import RandomOrder, SeededShuffle, SplitSampler
@@ -55,6 +59,7 @@ KEY_SETTINGS = "settings"
 SETTING_WORLD = "world_size"
 
 _REPLAYING_SAMPLERS = (
+    "give the sampler a generator of its own (generator=torch.Generator().manual_seed(seed)), or use "
     "torchloom.IndexSampler(len(dataset), shuffle=True, seed=...) or Loader(shuffle=True, seed=...)"
 )
 
@@ -113,7 +118,10 @@ class SamplerPosition:
         self._keeper = sampler if isinstance(sampler, Resumable) else None
         self._foreign = sampler if self._keeper is None and isinstance(sampler, Stateful) else None
         self._counted = self._keeper is None and self._foreign is None  # resumed by skipping batches
-        self._random = self._counted and isinstance(sampler, RandomOrder)
+        random = self._counted and isinstance(sampler, RandomOrder)
+        # A random order is replayed from its generator where that is reachable, else refused.
+        self._replay = GeneratorReplay.of(sampler) if random else None
+        self._random = random and self._replay is None
         self._takes_epochs = sampler if isinstance(sampler, SetsEpoch) else None
         self._dataset = dataset if isinstance(dataset, SetsEpoch) else None
         # The rules of this Loader's position (torchloom's samplers apply the same to their own).
@@ -194,6 +202,10 @@ class SamplerPosition:
         batches = 0 if loaded is None else int(loaded[KEY_BATCHES])
         if self._foreign is not None and loaded is not None and loaded[KEY_SAMPLER]:
             self._foreign.load_state_dict(loaded[KEY_SAMPLER])
+        if self._replay is not None:
+            if loaded is not None and loaded[KEY_SAMPLER]:
+                self._replay.restore(loaded[KEY_SAMPLER], owner=self._owner)
+            self._replay.mark()  # before iter: torchdata's RandomSampler draws its order there
         keys = iter(self.sampler)
         self._seen = self._sampler_state() if self._keeper is not None else None
         if self._counted and batches:
@@ -224,8 +236,7 @@ class SamplerPosition:
     def end_of_epoch(self, batches: int, epoch: int) -> Position:
         """The position after the whole of ``epoch``: the start of the next (a torchloom sampler's own
         state once it is drawn to its end, a short last batch dropped included, resumes there)."""
-        sampler_state = self._sampler_state() if self._keeper is not None else {}
-        return self._record(sampler_state, 0, epoch + 1, self._pass_settings)
+        return self._record(self._state_at_start(), 0, epoch + 1, self._pass_settings)
 
     def deliver(self, position: Position, *, finished: bool) -> None:
         """The position after the batch just delivered (``finished``: the epoch's last)."""
@@ -234,7 +245,14 @@ class SamplerPosition:
             self._epochs.finish(self._epochs.epoch)
 
     def _start_of(self, epoch: int) -> Position:
-        return self._record(self._sampler_state() if self._keeper is not None else {}, 0, epoch)
+        return self._record(self._state_at_start(), 0, epoch)
+
+    def _state_at_start(self) -> dict[str, Any]:
+        """The sampler's state at the start of an epoch: a torchloom sampler's own, a replayed one's
+        generator now (the next pass draws from it); none for others (see the module docstring)."""
+        if self._replay is not None:
+            return self._replay.state(now=True)
+        return self._sampler_state() if self._keeper is not None else {}
 
     def _sampler_state(self) -> dict[str, Any]:
         """The sampler's state now (``{}`` for a sampler without one); a torchloom sampler's is what
@@ -242,6 +260,8 @@ class SamplerPosition:
         if self._keeper is not None:
             self._seen = self._keeper.state_dict()
             return self._seen
+        if self._replay is not None:
+            return self._replay.state()
         return {} if self._foreign is None else self._foreign.state_dict()
 
     def _record(
@@ -267,7 +287,7 @@ class SamplerPosition:
                 f"{self._owner}.state_dict(): {type(self.sampler).__name__} draws a new order every pass, "
                 f"so this position, {state[KEY_BATCHES]} batches into epoch {state[KEY_EPOCH]}, cannot be "
                 f"resumed (load_state_dict refuses it; a checkpoint at an epoch's end loads). For exact "
-                f"resume use {_REPLAYING_SAMPLERS}.",
+                f"resume, {_REPLAYING_SAMPLERS}.",
                 stacklevel=user_stacklevel(),
             )
         return state
@@ -290,7 +310,9 @@ class SamplerPosition:
             self._load_into_keeper(self._keeper, state)
             return
         saved = state[KEY_SAMPLER]
-        if saved and self._foreign is None:
+        if saved and self._replay is not None:
+            self._replay.check(saved, owner=self._owner)
+        elif saved and self._foreign is None:
             raise StateMismatchError(
                 f"{self._owner}.load_state_dict: the checkpoint holds a sampler state of its own "
                 f"({saved.get('kind', 'from elsewhere')}), but this Loader's {type(self.sampler).__name__} "
@@ -299,12 +321,14 @@ class SamplerPosition:
         self._check_settings(state.get(KEY_SETTINGS, {}))
         epoch = None if state.get(KEY_EPOCH) is None else int(state[KEY_EPOCH])
         batches = int(state[KEY_BATCHES])
-        if self._random and batches and self._epochs.admits(epoch):
+        unreplayable = self._random or (self._replay is not None and not saved)
+        if unreplayable and batches and self._epochs.admits(epoch):
             raise StateMismatchError(
                 f"{self._owner}.load_state_dict: the checkpoint is {batches} batches into epoch {epoch}, but "
-                f"{type(self.sampler).__name__} draws a new order every pass, so skipping {batches} batches "
-                f"would repeat some samples and never deliver others. Use {_REPLAYING_SAMPLERS}: both "
-                "resume exactly (a checkpoint at an epoch's end loads with any sampler)"
+                f"{type(self.sampler).__name__} draws a new order every pass and the checkpoint holds no "
+                f"generator state to draw it again, so skipping {batches} batches would repeat some samples "
+                f"and never deliver others. To resume exactly, {_REPLAYING_SAMPLERS} "
+                "(a checkpoint at an epoch's end loads with any sampler)"
             )
         where = f"{batches} batches in"
         left = batches < self._epoch_batches()
@@ -312,7 +336,7 @@ class SamplerPosition:
         if resumed is None:
             return  # set_epoch asked for a later epoch before this load: the later epoch wins
         self._delivered = self._loaded = {
-            KEY_SAMPLER: dict(saved) if self._foreign is not None else {},
+            KEY_SAMPLER: dict(saved) if self._foreign is not None or self._replay is not None else {},
             KEY_BATCHES: batches,
             KEY_EPOCH: resumed,
             KEY_SETTINGS: self._settings(),

@@ -37,6 +37,15 @@ class _Timeline:
     samples: int = 0
     batches: int = 0
     wall_s: float = 0.0
+    #: While a pass runs: when it began, and when the step now running was handed its batch (a
+    #: report taken inside the loop, or after a ``break`` whose iterator is still held, counts both).
+    running_since: float | None = None
+    step_since: float | None = None
+
+    def close_step(self, now: float) -> None:
+        if self.step_since is not None:
+            self.steps.append(now - self.step_since)
+            self.step_since = None
 
 
 class LoaderProfiler:
@@ -109,7 +118,20 @@ class LoaderProfiler:
 
     def _timed(self, loader: Any) -> Iterator[Any]:
         timeline = self._timeline
-        began = time.perf_counter()
+        timeline.close_step(time.perf_counter())  # a step of a pass left suspended ends here
+        began = timeline.running_since = time.perf_counter()
+        try:
+            yield from self._steps(loader, timeline, began)
+        finally:
+            # Also when the loop leaves early (``break`` closes this generator, an error in the step):
+            # the step it left ran, and the wall time is the loop's.
+            now = time.perf_counter()
+            timeline.close_step(now)
+            timeline.wall_s += now - began
+            if timeline.running_since == began:
+                timeline.running_since = None
+
+    def _steps(self, loader: Any, timeline: _Timeline, began: float) -> Iterator[Any]:
         iterator = iter(loader)
         event: Any = None
         while True:
@@ -134,26 +156,29 @@ class LoaderProfiler:
                 timeline.handoffs.append(max(0.0, min(in_transit, arrived - asked)))
             timeline.batches += 1
             timeline.samples += count_samples(batch)
-            handed = time.perf_counter()
+            timeline.step_since = time.perf_counter()
             yield batch  # the training step runs while we are suspended here
-            timeline.steps.append(time.perf_counter() - handed)
-        timeline.wall_s += time.perf_counter() - began
+            timeline.close_step(time.perf_counter())
 
     def report(self) -> ProfileReport:
         """What was measured, the verdict and the advice."""
-        timeline = self._timeline
+        timeline, now = self._timeline, time.perf_counter()
+        # A pass still running (a report inside the loop) counts so far.
+        running = [now - since for since in (timeline.step_since,) if since is not None]
+        live = [now - since for since in (timeline.running_since,) if since is not None]
+        wall_s = timeline.wall_s + sum(live)
         waits = np.asarray(timeline.waits or [0.0])
-        wait, step = float(np.sum(timeline.waits)), float(np.sum(timeline.steps))
+        wait, step = float(np.sum(timeline.waits)), float(np.sum(timeline.steps + running))
         steady = wait + step
         report = ProfileReport(
             batches=timeline.batches,
             samples=timeline.samples,
-            wall_s=timeline.wall_s,
+            wall_s=wall_s,
             startup_s=timeline.startup_s,
             wait_s=wait,
             step_s=step,
             wait_share=wait / steady if steady > 0 else 0.0,
-            samples_per_s=timeline.samples / timeline.wall_s if timeline.wall_s > 0 else 0.0,
+            samples_per_s=timeline.samples / wall_s if wall_s > 0 else 0.0,
             wait_p50_ms=float(np.percentile(waits, 50) * 1e3),
             wait_p90_ms=float(np.percentile(waits, 90) * 1e3),
             wait_p99_ms=float(np.percentile(waits, 99) * 1e3),

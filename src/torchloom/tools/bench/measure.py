@@ -2,7 +2,8 @@
 
 The table is rich in a terminal and plain text when piped (``--json`` for machines); the PNG plots
 samples/s against DataLoader workers (and the thread Loader's threads) with the chosen setting
-marked.
+marked. Batches are collated as training on a folder of mixed sizes would: images padded to the
+largest of the batch (``PadImages``; the same cost as stacking when they share a size).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from torchloom.collation import Collate, PadImages
 from torchloom.datasets.index import DatasetReport
-from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import install_hint
-from torchloom.loader.autotune import TuneResult, tune
+from torchloom.loader.autotune import Trial, TuneResult, tune
+from torchloom.tools.show.command import open_dataset
 from torchloom.tools.terminal import Output, print_left_out
 
 
@@ -26,8 +28,11 @@ def run_bench(
     plot: str | None,
     split: str | None = None,
     allow_outside_root: bool = False,
+    transform: Any = None,
 ) -> int:
     """Measure, print and plot (what the dataset left out goes to stderr); returns the exit status.
+
+    ``transform`` is applied to each sample, as training would (``show``'s ``--transform``).
 
     Example:
         >>> import contextlib, io, json, tempfile
@@ -41,11 +46,20 @@ def run_bench(
         >>> status, json.loads(printed.getvalue())["best"]["batch_size"]
         (0, 8)
     """
-    dataset = open_image_dataset(data, split=split, on_error="skip", allow_outside_root=allow_outside_root)
+    dataset = open_dataset(
+        data,
+        transform=transform,
+        seed=0,
+        split=split,
+        allow_outside_root=allow_outside_root,
+        progress=not as_json,
+    )
     report = getattr(dataset, "report", None)
     if isinstance(report, DatasetReport):
         print_left_out("bench", report.summary(root=getattr(dataset, "root", None)))
-    result = tune(dataset, batch_size=batch_size, budget_s=budget_s, progress=not as_json)
+    # Padded, so that a folder of mixed sizes is measured as training on it runs, not refused.
+    padded = Collate({"image": PadImages()})
+    result = tune(dataset, batch_size=batch_size, budget_s=budget_s, collate_fn=padded, progress=not as_json)
     if as_json:
         print(json.dumps(_as_json(result), indent=2))
     else:
@@ -61,6 +75,7 @@ def _as_json(result: TuneResult) -> dict[str, Any]:
     return {
         "best": result.best,
         "elapsed_s": round(result.elapsed_s, 3),
+        "note": result.note,
         "trials": [
             {
                 "setting": trial.setting,
@@ -75,13 +90,17 @@ def _as_json(result: TuneResult) -> dict[str, Any]:
 
 def _print_table(result: TuneResult) -> None:
     rows = result.rows()
-    chosen = next(trial.name for trial in result.table if trial.setting == result.best)
+    # The best is num_workers=0 unmeasured when no trial could be compared.
+    measured = (trial.name for trial in result.table if trial.setting == result.best)
+    chosen = next(measured, Trial(result.best).name)
     Output.for_stream().table(
         f"loader settings measured in {result.elapsed_s:.1f} s",
         list(rows[0]),
         [list(row.values()) for row in rows],
     )
     print(f"chosen: {chosen}")
+    if result.note:
+        print(f"note: {result.note}")
 
 
 def plot_trials(result: TuneResult, path: str) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from torchloom.collation import AsList, Collate, PadImages
 from torchloom.datasets import FolderDataset, ManifestDataset
 from torchloom.datasets.base import IndexedDataset
 from torchloom.datasets.index import DatasetReport
+from torchloom.datasets.manifest import MissingFilesWarning
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import ConfigError, TorchloomError
 from torchloom.faults import Skipped
@@ -140,20 +142,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def open_dataset(
-    data: str, *, transform: Any, seed: int, split: str | None = None, allow_outside_root: bool = False
+    data: str,
+    *,
+    transform: Any,
+    seed: int,
+    split: str | None = None,
+    allow_outside_root: bool = False,
+    progress: bool = False,
 ) -> IndexedDataset:
     """A class folder (or a ``split`` of a split root) as :class:`FolderDataset`, anything else as a
-    :class:`ManifestDataset`; broken samples are skipped (and reported by ``run``), transform bugs
-    raise."""
-    return open_image_dataset(
-        data,
-        split=split,
-        transform=transform,
-        seed=seed,
-        on_error="skip",
-        progress=False,
-        allow_outside_root=allow_outside_root,
-    )
+    :class:`ManifestDataset`; broken samples are skipped (and reported by the command, which prints
+    what was left out: the manifest's warning about missing files would say it twice), transform
+    bugs raise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingFilesWarning)
+        return open_image_dataset(
+            data,
+            split=split,
+            transform=transform,
+            seed=seed,
+            on_error="skip",
+            progress=progress,
+            allow_outside_root=allow_outside_root,
+        )
 
 
 def choose_indices(size: int, count: int, *, seed: int) -> np.ndarray:

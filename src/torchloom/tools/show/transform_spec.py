@@ -1,7 +1,10 @@
 """Parse a transform written on the command line, safely: no ``eval``.
 
-A spec is a comma-separated list of calls, ``"RandomResizedCrop(224),HorizontalFlip()"``. It is
-parsed with :mod:`ast`; each call must name one of :data:`ALLOWED_TRANSFORMS` and pass only
+A spec is a comma-separated list of calls, ``"RandomResizedCrop(224),HorizontalFlip()"``. One
+linear scan splits it at the commas outside brackets and strings, refusing unbalanced brackets,
+nesting deeper than :data:`MAX_NESTING` and a call longer than :data:`MAX_PART_CHARS` (so no part
+can take the parser's recursion deep or make the whole quadratic); each call is then parsed on its
+own with :mod:`ast`. Each call must name one of :data:`ALLOWED_TRANSFORMS` and pass only
 literals (numbers, strings, tuples, lists, ``None``, ``True``/``False``), positionally or by
 keyword. Anything else (attribute access, names, arithmetic, other functions) is refused with a
 :class:`ConfigError` that quotes the offending part and lists the allowed names.
@@ -40,8 +43,14 @@ ALLOWED_TRANSFORMS: dict[str, Callable[..., Any]] = {
 
 #: Largest output side a spec may ask for (a grid of previews, not a training pipeline).
 MAX_OUTPUT_SIDE = 4096
+#: Longest call a spec may hold (the longest an allowed transform needs is about 110 characters).
+MAX_PART_CHARS = 256
+#: Deepest nesting of brackets a spec may hold (a call's arguments hold a tuple at most: 2).
+MAX_NESTING = 8
 #: The values a literal argument may hold, alone or as the items of a flat tuple or list.
 _SCALARS = (int, float, str, type(None))
+_OPENING = {"(": ")", "[": "]", "{": "}"}
+_EXAMPLE = "'RandomResizedCrop(224),HorizontalFlip()'"
 
 
 def parse_transform_spec(spec: str) -> Compose | None:
@@ -56,22 +65,81 @@ def parse_transform_spec(spec: str) -> Compose | None:
     """
     if not spec.strip():
         return None
-    source = f"[{spec}]"
-    try:
-        tree = ast.parse(source, mode="eval")
-    except SyntaxError as exc:
+    return Compose([_build(_parse_part(spec, offset, part), part) for offset, part in split_parts(spec)])
+
+
+def split_parts(spec: str) -> list[tuple[int, str]]:
+    """The calls of ``spec`` with the column each starts at: split at the commas outside brackets and
+    strings, in one pass (a trailing comma is allowed, as in a Python list).
+
+    Example:
+        >>> split_parts("Resize((4, 5)), CenterCrop(3),")
+        [(0, 'Resize((4, 5))'), (16, 'CenterCrop(3)')]
+    """
+    parts: list[tuple[int, str]] = []
+    closing: list[str] = []  # the brackets still open, as the characters that close them
+    start = position = 0
+    while position < len(spec):
+        char = spec[position]
+        if char in "'\"":
+            position = _string_end(spec, position)
+        elif char in _OPENING:
+            closing.append(_OPENING[char])
+            if len(closing) > MAX_NESTING:
+                raise ConfigError(
+                    f"transform spec nests brackets deeper than {MAX_NESTING} at column {position}; a call "
+                    f"takes numbers, strings or a flat tuple of them, e.g. {_EXAMPLE}"
+                )
+        elif char in ")]}":
+            if not closing or closing.pop() != char:
+                raise _not_a_list(spec, f"unmatched {char!r} at column {position}")
+        elif char == "," and not closing:
+            parts.append((start, spec[start:position]))
+            start = position + 1
+        position += 1
+    if closing:
+        raise _not_a_list(spec, f"{len(closing)} bracket(s) left open")
+    if spec[start:].strip() or not parts:
+        parts.append((start, spec[start:]))
+    return [_stripped(spec, offset, part) for offset, part in parts]
+
+
+def _string_end(spec: str, position: int) -> int:
+    """The position of the quote closing the string opened at ``position`` (the end if none does)."""
+    quote, position = spec[position], position + 1
+    while position < len(spec) and spec[position] != quote:
+        position += 2 if spec[position] == "\\" else 1
+    return min(position, len(spec))
+
+
+def _stripped(spec: str, offset: int, part: str) -> tuple[int, str]:
+    text = part.strip()
+    if not text:
+        raise _not_a_list(spec, f"an empty call at column {offset}")
+    if len(text) > MAX_PART_CHARS:
         raise ConfigError(
-            f"transform spec {spec!r} is not a comma-separated list of calls like "
-            f"'RandomResizedCrop(224),HorizontalFlip()' ({exc.msg} at column {max(0, (exc.offset or 1) - 2)})"
-        ) from None
-    body = tree.body
-    if not isinstance(body, ast.List):  # a spec like "1] + [2" closes the bracket itself
-        raise ConfigError(f"transform spec {spec!r} must be a comma-separated list of calls")
-    return Compose([_build(node, source) for node in body.elts])
+            f'transform spec part "{text[:40]}..." is longer than {MAX_PART_CHARS} characters; a call takes '
+            f"a few literal settings, e.g. {_EXAMPLE}"
+        )
+    return offset + part.index(text[0]), text
+
+
+def _not_a_list(spec: str, why: str) -> ConfigError:
+    shown = spec if len(spec) <= 80 else spec[:77] + "..."
+    return ConfigError(
+        f"transform spec {shown!r} is not a comma-separated list of calls like {_EXAMPLE} ({why})"
+    )
+
+
+def _parse_part(spec: str, offset: int, part: str) -> ast.expr:
+    try:
+        return ast.parse(part, mode="eval").body
+    except SyntaxError as exc:
+        raise _not_a_list(spec, f"{exc.msg} at column {offset + max(0, (exc.offset or 1) - 1)}") from None
 
 
 def _build(node: ast.expr, source: str) -> Any:
-    part = ast.get_source_segment(source, node) or ast.dump(node)
+    part = source
     allowed = ", ".join(ALLOWED_TRANSFORMS)
     if not isinstance(node, ast.Call):
         raise ConfigError(
