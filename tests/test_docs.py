@@ -203,6 +203,51 @@ def test_a_reference_page_carries_the_docstrings_of_the_modules_defining_its_nam
     assert "numbers become tensors; strings stay lists" in collation
 
 
+def _api_pages():
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        return importlib.import_module("api_pages")
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+
+
+def test_the_reference_index_gives_each_module_its_whole_first_sentence() -> None:
+    api_pages = _api_pages()
+    assert api_pages.first_sentence("Exact resume: the protocol,\nthe rules.\n\nMore.") == (
+        "Exact resume: the protocol, the rules."
+    )
+    assert api_pages.first_sentence("Draw, e.g. a crop. Then more.") == "Draw, e.g. a crop."
+    text = api_pages.index_text(["torchloom.resume"])
+    assert "the rank and world of the reading process, consumer streams." in text
+
+
+def test_a_reference_page_lists_datasets_first_and_protocols_after_classes(built_docs: Path) -> None:
+    page = (built_docs / "reference/torchloom.datasets.html").read_text(encoding="utf-8")
+    names = ("FolderDataset", "Manifest", "CacheableDataset")
+    order = [page.index(f'id="torchloom.datasets.{name}"') for name in names]
+    assert order == sorted(order)
+    assert 'href="#notes-torchloom-datasets-folder"' in page  # FolderDataset's entry links its notes
+    assert 'id="notes-torchloom-datasets-folder"' in page
+
+
+def test_the_attributes_the_guides_name_have_entries(built_docs: Path) -> None:
+    documented = _inventory(built_docs)
+    for dataset in ("torchloom.datasets.FolderDataset", "torchloom.datasets.ManifestDataset"):
+        for attribute in ("classes", "targets", "report", "index"):
+            assert f"{dataset}.{attribute}" in documented, f"{dataset}.{attribute}"
+    assert "torchloom.datasets.FolderDataset.class_to_idx" in documented
+    assert "torchloom.datasets.FolderDataset.class_counts" in documented
+    assert "torchloom.cache.DecodedCache.report" in documented
+
+
+def test_the_doctor_report_page_lists_every_key_of_the_schema(built_docs: Path) -> None:
+    from torchloom.tools.doctor.schema import REPORT_SCHEMA
+
+    page = (built_docs / "guides/doctor-report.html").read_text(encoding="utf-8")
+    assert all(f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{key}</span>" in page
+               for key in REPORT_SCHEMA["properties"])
+
+
 def test_a_reference_to_nothing_fails_the_build_and_one_to_the_outside_does_not(tmp_path: Path) -> None:
     pytest.importorskip("sphinx", reason="the docs extra is not installed (make install installs it)")
     source = tmp_path / "source"
