@@ -1,6 +1,10 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each creates .venv when missing,
-# installs torch==2.13.0 first (a CPU wheel lies on this machine's disk) and then torchloom.
-# `make docs` builds the documentation site.
+# installs torch==2.13.0 first and then torchloom. `make docs` builds the documentation site.
+# Plain pip chooses the torch build (on Linux from PyPI, a CUDA one); TORCH_INDEX picks an index,
+# e.g. `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu`. It is empty by default so
+# that a machine whose pip finds a local wheel (as this project's does) installs offline.
+TORCH_INDEX ?=
+TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.torchloom-installed
@@ -11,7 +15,7 @@ $(PYTHON):
 	python3 -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PYTHON)
-	$(PYTHON) -m pip install -q torch==2.13.0
+	$(PYTHON) -m pip install -q $(TORCH_FROM) torch==2.13.0
 	$(PYTHON) -m pip install -q -e '.[all,dev,docs]'
 	touch $(STAMP)
 
@@ -39,7 +43,7 @@ PEERS := .venv-peers/.installed
 
 $(PEERS):
 	python3 -m venv .venv-peers
-	.venv-peers/bin/pip install -q torch==2.13.0
+	.venv-peers/bin/pip install -q $(TORCH_FROM) torch==2.13.0
 	echo torch==2.13.0 > .venv-peers/constraints.txt
 	.venv-peers/bin/pip install -q -c .venv-peers/constraints.txt litdata
 	touch $(PEERS)

@@ -9,7 +9,7 @@
   loop one writes by hand (``bisect`` per tick and stream over lists, one dict per tick).
 
 Rounds are interleaved and each rate is the best of its rounds: this machine's noise only ever
-slows a run down. pandas is a benchmark-only dependency (``pip install torchloom[bench]``).
+slows a run down. pandas is a benchmark-only dependency (``pip install -e '.[bench]'`` in the clone).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from torchloom.errors import install_hint
 from torchloom.fusion import TimeSync
 
 TICKS = 1_000_000
@@ -65,7 +66,7 @@ def merge_asof_reference(streams: Streams, tolerance: Any) -> Any:
         import pandas as pd  # a benchmark-only dependency
     except ImportError as exc:
         raise ImportError(
-            "the TimeSync benchmark compares with pandas: pip install 'torchloom[bench]'"
+            f"the TimeSync benchmark compares with pandas: {install_hint('pandas', 'bench')}"
         ) from exc
 
     times, values = streams["camera"]

@@ -28,6 +28,7 @@ extensions = [
     "xref",
     "cli_help",
     "error_catalogue",
+    "doctor_schema",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "examples", "_ext"]

@@ -6,7 +6,7 @@ Generates 3 classes × 4 clips (a square moving left, moving right, or standing 
 every header once; each sample seeks to a random segment (drawn from ``(seed, epoch, index)``)
 instead of decoding from the start, and the truncated file is skipped and reported, not faked.
 
-Run: ``python examples/video_clips.py`` (needs ``pip install torchloom[video]``)
+Run: ``python examples/video_clips.py`` (needs the ``video`` extra: ``pip install -e '.[video]'`` in a clone)
 """
 
 from __future__ import annotations

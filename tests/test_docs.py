@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import torchloom
+import torchloom.transforms
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -26,6 +27,7 @@ BUILT_ENV = "TORCHLOOM_DOCS_HTML"
 
 # What each example under docs/examples prints, as the comments on its page show.
 PRINTS = {
+    "apply_tune.py": ["[(16, 3, 64, 64), (16, 3, 64, 64)]"],
     "balanced_resume.py": ["33 [40.5 40.5]"],
     "doctor_api.py": [
         "['empty', 'not_an_image', 'train/val leak', 'truncated'] 2",
@@ -42,6 +44,11 @@ PRINTS = {
         "20 1",
         "TransformError True",
     ],
+    "from_imagefolder.py": [
+        "['image', 'index', 'label', 'path'] torch.uint8 (3, 64, 64)",
+        "['cat', 'dog'] {'cat': 0, 'dog': 1} [0, 0, 0] {'cat': 5, 'dog': 5}",
+        "ignored (1): metadata folder of an OS or an archiver",
+    ],
     "gpu_batches.py": ["DataLoader torch.uint8 True", "Loader torch.uint8 True"],
     "joined_batch.py": [
         "torch.Size([2, 3, 96, 96]) torch.Size([2, 96, 96]) [2.0, 4.5]",
@@ -51,18 +58,21 @@ PRINTS = {
     "mixture.py": ["[0, 0, 0, 0, 0, 0, 1, 1] 10", "14 torch.Size([14, 8]) []"],
     "profile_and_tune.py": ["data-bound: ", "True 16"],
     "quick_start.py": [
-        "{'class_0': 60, 'class_1': 21} 80 torch.float32",
+        "{'class_0': 60, 'class_1': 21} 160 torch.float32",
         "FaultReport: 1 sample(s) skipped",
         "broken_truncated_0.jpg': DecodeError",
     ],
     "sample_keys.py": ["True True"],
     "stream_resume.py": ["40 True"],
     "time_sync.py": ["20 [0.8, 0.9, 1.0, 1.1, 1.2] 24"],
+    "transform_protocol.py": ["(64, 64, 3) True True", "(135, 240)"],
     "typed_errors.py": ["Invalid mode='log'; must be one of ('inverse', 'sqrt', 'effective')", "True False"],
+    "validation_pipeline.py": ["True {'cat': 0, 'dog': 1}", "24 True"],
     "volumes.py": [
         "6 ['healthy', 'lesion']",
         "torch.Size([3, 32, 64, 64]) torch.int16 torch.Size([3, 32, 64, 64]) [0, 0, 0]",
     ],
+    "wrap_transforms.py": ["torch.Size([3, 64, 64]) True False"],
 }
 
 
@@ -92,6 +102,12 @@ def test_every_docs_example_is_run_here_and_shown_on_a_page() -> None:
         if match.startswith("../examples/")
     }
     assert examples <= shown, sorted(examples - shown)
+
+
+def test_the_transforms_guide_names_every_transform() -> None:
+    text = (DOCS / "guides" / "transforms.md").read_text(encoding="utf-8")
+    missing = [name for name in torchloom.transforms.__all__ if f"torchloom.transforms.{name}`" not in text]
+    assert not missing, f"docs/guides/transforms.md does not name {missing}"
 
 
 def test_the_readme_is_a_landing_page_linking_every_guide() -> None:
@@ -185,6 +201,51 @@ def test_a_reference_page_carries_the_docstrings_of_the_modules_defining_its_nam
     assert "Rules of thumb" in loader and "How they work" in loader
     collation = (built_docs / "reference/torchloom.collation.html").read_text(encoding="utf-8")
     assert "numbers become tensors; strings stay lists" in collation
+
+
+def _api_pages():
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        return importlib.import_module("api_pages")
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+
+
+def test_the_reference_index_gives_each_module_its_whole_first_sentence() -> None:
+    api_pages = _api_pages()
+    assert api_pages.first_sentence("Exact resume: the protocol,\nthe rules.\n\nMore.") == (
+        "Exact resume: the protocol, the rules."
+    )
+    assert api_pages.first_sentence("Draw, e.g. a crop. Then more.") == "Draw, e.g. a crop."
+    text = api_pages.index_text(["torchloom.resume"])
+    assert "the rank and world of the reading process, consumer streams." in text
+
+
+def test_a_reference_page_lists_datasets_first_and_protocols_after_classes(built_docs: Path) -> None:
+    page = (built_docs / "reference/torchloom.datasets.html").read_text(encoding="utf-8")
+    names = ("FolderDataset", "Manifest", "CacheableDataset")
+    order = [page.index(f'id="torchloom.datasets.{name}"') for name in names]
+    assert order == sorted(order)
+    assert 'href="#notes-torchloom-datasets-folder"' in page  # FolderDataset's entry links its notes
+    assert 'id="notes-torchloom-datasets-folder"' in page
+
+
+def test_the_attributes_the_guides_name_have_entries(built_docs: Path) -> None:
+    documented = _inventory(built_docs)
+    for dataset in ("torchloom.datasets.FolderDataset", "torchloom.datasets.ManifestDataset"):
+        for attribute in ("classes", "targets", "report", "index"):
+            assert f"{dataset}.{attribute}" in documented, f"{dataset}.{attribute}"
+    assert "torchloom.datasets.FolderDataset.class_to_idx" in documented
+    assert "torchloom.datasets.FolderDataset.class_counts" in documented
+    assert "torchloom.cache.DecodedCache.report" in documented
+
+
+def test_the_doctor_report_page_lists_every_key_of_the_schema(built_docs: Path) -> None:
+    from torchloom.tools.doctor.schema import REPORT_SCHEMA
+
+    page = (built_docs / "guides/doctor-report.html").read_text(encoding="utf-8")
+    assert all(f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{key}</span>" in page
+               for key in REPORT_SCHEMA["properties"])
 
 
 def test_a_reference_to_nothing_fails_the_build_and_one_to_the_outside_does_not(tmp_path: Path) -> None:

@@ -6,6 +6,13 @@ re-exported name is also registered as an alias of its home entry, so ``torchloo
 and ``torchloom.datasets.FolderDataset`` resolve to the same entry, in pages and in objects.inv.
 A name added to an ``__all__`` appears in the next build, and a new public module gets its page,
 with no edit here.
+
+A page lists its entries by kind (datasets first, then the other classes, protocols, errors,
+functions, constants: :data:`GROUPS`), and ends with "How they work": the docstrings of the modules
+defining its names, each under a label (``notes-<module>``, e.g.
+``:ref:`notes-torchloom.loader.autotune```) that each entry defined there links to, and that a
+docstring can link to as well. A class's entry also lists the attributes it gets from unexported
+base classes (``attributes.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +21,14 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attributes import attribute_lines
 from sphinx.application import Sphinx
 from sphinx.domains.python import ObjectEntry
 from sphinx.environment import BuildEnvironment
@@ -105,11 +115,18 @@ def public_entries() -> list[Entry]:
     ]
 
 
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring: its first paragraph up to the first full stop that ends
+    a sentence (not the one of ``e.g.`` or a dotted name), on one line."""
+    first = doc.split("\n\n")[0].replace("\n", " ").strip() if doc else ""
+    match = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.\s", first + " ")
+    sentence = first[: match.start()] if match else first
+    return sentence.rstrip(".") + "." if sentence else ""
+
+
 def _summary(value: object) -> str:
     """The first sentence of ``value``'s own docstring (none for a constant)."""
-    doc = inspect.getdoc(value) if inspect.isclass(value) or callable(value) else None
-    first = doc.split("\n\n")[0].replace("\n", " ") if doc else ""
-    return first.split(". ")[0].rstrip(".") + "." if first else ""
+    return first_sentence(inspect.getdoc(value) if inspect.isclass(value) or callable(value) else None)
 
 
 def _constant_doc(page: str, name: str, value: object) -> list[str]:
@@ -123,16 +140,59 @@ def _constant_doc(page: str, name: str, value: object) -> list[str]:
     return []
 
 
-def _entry_text(entry: Entry) -> list[str]:
+def _entry_text(entry: Entry, notes: str | None, entries: list[Entry]) -> list[str]:
+    value = getattr(importlib.import_module(entry.module), entry.name)
     if entry.directive != "data":
         lines = [f".. {entry.directive}:: {entry.full_name}"]
         if entry.directive in ("autoclass", "autoexception"):
             lines += ["   :members:", "   :show-inheritance:"]
-        return [*lines, ""]
-    value = getattr(importlib.import_module(entry.module), entry.name)
+        lines.append("")
+        if entry.directive == "autoclass":
+            lines += [f"   {line}" if line else "" for line in attribute_lines(value, entries)]
+        if notes:
+            lines += [f"   How it works: :ref:`{notes} <{notes_label(notes)}>`.", ""]
+        return lines
     doc = _constant_doc(entry.module, entry.name, value)
     lines = [f".. py:data:: {entry.name}", f"   :module: {entry.module}", f"   :value: {value!r}", ""]
     return [*lines, *(f"   {line}" for line in doc), ""]
+
+
+#: The groups a page lists its entries in, in this order, each under its title.
+GROUPS = ("Datasets", "Classes", "Protocols", "Errors", "Functions", "Constants")
+
+
+def group_of(value: object, name: str) -> str:
+    """Which of :data:`GROUPS` an exported value is listed under.
+
+    Datasets (a class named ``...Dataset``) come first, being what a reader of a page looks for;
+    then the other classes; then the protocols (a class naming ``typing.Protocol`` among its
+    bases: the contracts, not things to build); errors; functions; constants.
+    """
+    if inspect.isclass(value):
+        if typing.Protocol in value.__bases__:
+            return "Protocols"
+        if issubclass(value, BaseException):
+            return "Errors"
+        return "Datasets" if name.endswith("Dataset") else "Classes"
+    return "Functions" if _directive(value) == "autofunction" else "Constants"
+
+
+def notes_label(module: str) -> str:
+    """The label of a defining module's notes (its docstring) under a page's "How they work"."""
+    return f"notes-{module}"
+
+
+def _defined_in(page: str, value: object) -> str | None:
+    """The module under ``page`` that defines ``value`` and has notes (a docstring), if any."""
+    defined_in = getattr(value, "__module__", None)
+    if (
+        isinstance(defined_in, str)
+        and defined_in != page
+        and defined_in.startswith(page + ".")
+        and inspect.getdoc(importlib.import_module(defined_in))
+    ):
+        return defined_in
+    return None
 
 
 def page_text(page: str, entries: list[Entry]) -> str:
@@ -140,6 +200,7 @@ def page_text(page: str, entries: list[Entry]) -> str:
     mine = [entry for entry in entries if entry.module == page]
     title = f"``{page}``"
     lines = [title, "=" * len(title), "", f".. automodule:: {page}", "   :no-members:", ""]
+    module = importlib.import_module(page)
     elsewhere = [entry for entry in mine if entry.home != page]
     if elsewhere:
         lines += [
@@ -149,7 +210,6 @@ def page_text(page: str, entries: list[Entry]) -> str:
             "   :widths: 25 55 20",
             "",
         ]
-        module = importlib.import_module(page)
         for entry in elsewhere:
             summary = _summary(getattr(module, entry.name)) or " "
             lines += [
@@ -159,31 +219,35 @@ def page_text(page: str, entries: list[Entry]) -> str:
             ]
         lines.append("")
     homed = [entry for entry in mine if entry.home == page]
-    for entry in homed:
-        lines += _entry_text(entry)
+    grouped = {
+        group: [entry for entry in homed if group_of(getattr(module, entry.name), entry.name) == group]
+        for group in GROUPS
+    }
+    several = sum(1 for members in grouped.values() if members) > 1
+    for group, members in grouped.items():
+        if members and several:
+            lines += [group, "-" * len(group), ""]
+        for entry in members:
+            lines += _entry_text(entry, _defined_in(page, getattr(module, entry.name)), entries)
     lines += _module_notes(page, homed)
     return "\n".join(lines)
 
 
 def _module_notes(page: str, homed: list[Entry]) -> list[str]:
     """The docstrings of the modules that define this page's entries (how a name works is often
-    written there, once for all of a module's names), each under its module's name."""
+    written there, once for all of a module's names), each under its module's name and a label
+    (:func:`notes_label`) that entries and docstrings link to."""
     module = importlib.import_module(page)
     defining = sorted(
-        {
-            defined_in
-            for entry in homed
-            if isinstance(defined_in := getattr(getattr(module, entry.name), "__module__", None), str)
-            and defined_in != page
-            and defined_in.startswith(page + ".")
-            and inspect.getdoc(importlib.import_module(defined_in))
-        }
+        {name for entry in homed if (name := _defined_in(page, getattr(module, entry.name))) is not None}
     )
     if not defining:
         return []
     lines = ["How they work", "-------------", ""]
     for name in defining:
         lines += [
+            f".. _{notes_label(name)}:",
+            "",
             f"``{name}``",
             "~" * (len(name) + 4),
             "",
@@ -217,12 +281,12 @@ def write_pages(app: Sphinx) -> None:
 
 
 def index_text(pages: list[str]) -> str:
-    """The reference's first page: each module with the first line of its docstring."""
+    """The reference's first page: each module with the first sentence of its docstring."""
     lines = ["API reference", "=============", ""]
     lines += ["One page per public module, generated from its ``__all__``.", ""]
     lines += [".. list-table::", "   :widths: 30 70", ""]
     for page in pages:
-        summary = (inspect.getdoc(importlib.import_module(page)) or " ").splitlines()[0]
+        summary = first_sentence(inspect.getdoc(importlib.import_module(page))) or " "
         lines += [f"   * - :doc:`{page}`", f"     - {summary}"]
     lines += ["", ".. toctree::", "   :hidden:", "", *(f"   {page}" for page in pages), ""]
     return "\n".join(lines)

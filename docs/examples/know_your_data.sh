@@ -1,4 +1,5 @@
-# In a folder holding data/ (a dataset as it arrived) and raw/ (files to label by path and split).
+python -c "from torchloom.tools.demo import write_demo_data; write_demo_data('project', counts=(30, 14), image_size=64)"
+cp -r project/given data && cp -r project/given raw  # data/ as it arrived; raw/ to label by path
 torchloom doctor data --out doctor-report  # exit 1: broken files and train/val leaks, each named
 torchloom prepare raw --rule 'scratch:scratch/' --rule 'dent:dent/' --out prepared --fractions 0.8,0.2 \
     --seed 0 --group-duplicates --materialize link  # exit 1: the broken files it left out
