@@ -23,8 +23,8 @@ import numpy as np
 import simplejpeg
 from tqdm.auto import tqdm
 
-from torchloom._threads import file_threads
 from torchloom.errors import ConfigError
+from torchloom.io.threads import file_threads
 
 __all__ = [
     "PlantedFaults",

@@ -27,7 +27,6 @@ import cv2
 import numpy as np
 from tqdm.auto import tqdm
 
-from torchloom._threads import file_threads
 from torchloom.cache.fingerprint import FORMAT_VERSION, InputStats
 from torchloom.cache.integrity import checksums
 from torchloom.cache.storage import CHANNELS, INPUTS_FILE, MARKER, ImageWriter, fsync_path, write_meta
@@ -35,6 +34,7 @@ from torchloom.datasets.contract import CacheableDataset
 from torchloom.errors import DecodeError, EmptyDatasetError
 from torchloom.faults import Skipped
 from torchloom.io.image import decode_image, probe_file
+from torchloom.io.threads import file_threads
 
 #: Most samples handed to one thread task (fewer when there are few samples per thread).
 MAX_CHUNK = 64

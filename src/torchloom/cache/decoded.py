@@ -103,7 +103,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
 
     Args:
         dataset: a :class:`torchloom.FolderDataset` or :class:`torchloom.ManifestDataset` (what the
-            cache reads of it is :class:`torchloom.datasets.contract.CacheableDataset`).
+            cache reads of it is :class:`torchloom.datasets.CacheableDataset`).
         path: the cache folder (created; its parent holds the lock file and temporary folders).
         fields: the sample fields to cache: the dataset's image field (``"image"`` unless a
             manifest's ``Image`` field has another ``name=``).
@@ -150,8 +150,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
     ) -> None:
         if not isinstance(dataset, CacheableDataset):
             raise UsageError(
-                f"DecodedCache caches a FolderDataset or ManifestDataset (a CacheableDataset of "
-                f"torchloom.datasets.contract), got {type(dataset).__name__}"
+                f"DecodedCache caches a FolderDataset or ManifestDataset (a "
+                f"torchloom.datasets.CacheableDataset), got {type(dataset).__name__}"
             )
         check_choice("location", location, LOCATIONS)
         if max_side is not None and (type(max_side) is not int or max_side < 1):

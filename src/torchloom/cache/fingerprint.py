@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from torchloom._threads import file_threads
 from torchloom.datasets.index import StringColumn
 from torchloom.io.files import lies_inside
+from torchloom.io.threads import file_threads
 
 #: Version of the cache's on-disk format; a cache of an older version is rebuilt.
 FORMAT_VERSION = 1

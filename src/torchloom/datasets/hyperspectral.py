@@ -120,7 +120,7 @@ class HyperspectralDataset(IndexedDataset):
         pad_value: the value of ``"constant"`` padding.
         ignore_label: mask value of unlabelled pixels (never samples); ``None`` keeps every pixel.
         splits: per-pixel split ids, one array per cube (see
-            :func:`torchloom.datasets.spatial_split.spatial_block_split`); ``-1`` is no split.
+            :func:`torchloom.datasets.spatial_block_split`); ``-1`` is no split.
         split: keep only centres whose split id is this.
         guard: with ``splits``, also drop centres whose patch would hold pixels of another split
             (those within ``patch_size // 2`` of another split's block), so no pixel of one split

@@ -25,11 +25,11 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from torchloom._threads import file_threads
 from torchloom.errors import ConfigError, SampleIndexError, ValidationFailedError
 from torchloom.io.file_errors import failure_reason
 from torchloom.io.files import read_range
 from torchloom.io.image import DEFAULT_MAX_PIXELS, probe_file, read_image
+from torchloom.io.threads import file_threads
 
 Validate = Literal["none", "exists", "header", "full"]
 VALIDATE_CHOICES = ("none", "exists", "header", "full")

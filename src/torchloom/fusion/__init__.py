@@ -1,4 +1,4 @@
-"""Multi-source fusion: per-sample joins of sources, and time alignment of streams (sync/)."""
+"""Multi-source fusion: per-sample joins of sources, and time alignment of streams."""
 
 from torchloom.errors import JoinError
 from torchloom.fusion.joined import JoinedDataset, JoinReport

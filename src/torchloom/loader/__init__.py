@@ -1,4 +1,4 @@
-"""Loader tools: the thread :class:`Loader` and the :class:`LoaderProfiler`."""
+"""Loader tools: the thread :class:`Loader`, the :class:`LoaderProfiler` and :func:`tune`."""
 
 from torchloom.errors import StateMismatchError
 from torchloom.loader.autotune import Trial, TuneResult, tune

@@ -29,9 +29,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from torchloom._threads import usable_cores
 from torchloom.collation import collate
 from torchloom.errors import ConfigError
+from torchloom.io.threads import usable_cores
 from torchloom.loader.counts import check_count
 from torchloom.loader.loader import Loader
 from torchloom.loader.profiler import count_samples

@@ -30,10 +30,10 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 
 from torchloom._buffers.pool import BufferPool
 from torchloom._buffers.slots import BatchSlots
-from torchloom._threads import batch_threads
 from torchloom.collation import collate
 from torchloom.datasets.contract import FetchesBatches, FetchesInto
 from torchloom.errors import ConfigError, StateMismatchError, UsageError
+from torchloom.io.threads import batch_threads
 from torchloom.loader.counts import check_count
 from torchloom.loader.iteration import LoaderIteration, PassPlan
 from torchloom.loader.pinning import pin_batch
@@ -68,7 +68,7 @@ class Loader(Resumable):
             reshuffles (:meth:`set_epoch` sets the epoch explicitly).
         collate_fn: default :func:`torchloom.collate`.
         num_threads: threads building batches (default: one per core this process may use, at
-            most 8: they share the cores with the training step; see :mod:`torchloom._threads`).
+            most 8: they share the cores with the training step; see :mod:`torchloom.io.threads`).
         prefetch: batches ready ahead of the training loop, besides those being built.
         pin_memory: pin batches for faster, asynchronous copies to CUDA (ignored with a warning
             when CUDA is unavailable).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchloom._threads import usable_cores
+from torchloom.io.threads import usable_cores
 
 #: Above this share of step time spent waiting, a loop is data-bound.
 DATA_BOUND_SHARE = 0.10

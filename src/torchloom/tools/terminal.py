@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
-from torchloom._threads import MAX_FILE_THREADS
 from torchloom.errors import ConfigError
+from torchloom.io.threads import MAX_FILE_THREADS
 
 EXIT_CLEAN = 0
 """Nothing wrong was found."""
@@ -150,7 +150,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_threads_argument(parser: argparse.ArgumentParser, work: str) -> None:
     """``--threads``: how many threads do the command's file work (``work``, for its help), as
-    ``num_threads=`` does; by default :func:`~torchloom._threads.file_threads`.
+    ``num_threads=`` does; by default :func:`~torchloom.io.threads.file_threads`.
 
     Example:
         >>> parser = argparse.ArgumentParser()

@@ -27,7 +27,6 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from torchloom._threads import file_threads
 from torchloom.errors import DecodeError
 from torchloom.io.file_errors import failure_reason
 from torchloom.io.image import (
@@ -38,6 +37,7 @@ from torchloom.io.image import (
     probe_image,
     read_image_bytes,
 )
+from torchloom.io.threads import file_threads
 from torchloom.tools.doctor.perceptual import (
     HASH_IMAGE_SIDE,
     THUMBNAIL_SIDE,
@@ -240,7 +240,7 @@ def examine_files(
     inside: str | None = None,
 ) -> Examination:
     """Examine every file of ``paths`` once, in ``num_threads`` threads (default
-    :func:`~torchloom._threads.file_threads`);
+    :func:`~torchloom.io.threads.file_threads`);
     ``inside``: the real folder every file must resolve into (checked on the opened file).
 
     ``progress`` shows a bar on stderr (after a second) when stderr is a terminal.

@@ -87,7 +87,7 @@ class PrepareResult:
     previous: str | None = None
     kept: int = 0
     moved_to_group: int = 0
-    #: Warnings that do not leave anything out: a class without a file in a split.
+    #: Warnings about files kept, such as a class left without a file in a split.
     warnings: list[str] = field(default_factory=list)
 
     @property

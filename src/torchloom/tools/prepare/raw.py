@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from torchloom._threads import file_threads
 from torchloom.datasets.index import check_image_file
 from torchloom.io.file_errors import failure_reason
 from torchloom.io.files import open_file
+from torchloom.io.threads import file_threads
 
 #: Bytes read at a time while hashing a file.
 HASH_CHUNK = 1 << 20

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-import torchloom._threads as threads
 import torchloom.cache.build
 import torchloom.cache.fingerprint
 import torchloom.datasets.index
+import torchloom.io.threads as threads
 import torchloom.testing
 import torchloom.tools.doctor.examine
 import torchloom.tools.prepare.raw
