@@ -2,8 +2,8 @@
 frame rates by timestamps, truncated and hostile files as typed errors under the fault policy, and
 random segments seeded by (seed, epoch, index) through DataLoader workers.
 
-Every generated frame carries its number as 12 black-or-white 16×16 blocks, which survive lossy
-compression, so a test reads back exactly which frames it got."""
+Every generated frame carries its number (tests/video_files.py), so a test reads back exactly which
+frames it got."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import av  # the video extra, installed by make test
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -25,42 +24,9 @@ from torchloom.datasets.video import VideoClipDataset
 from torchloom.errors import DecodeError, TransformError, UnsafeFileError, ValidationFailedError
 from torchloom.io.video import frame_timestamps, probe_video, read_frames, require_av, slot_times
 from torchloom.io.video_writer import write_video
+from video_files import decode_everything, numbered, numbers
 
-BLOCK, BITS = 16, 12  # 64×48 frames: 4 × 3 blocks, frame numbers up to 4095
 FRAMES, RATE = 100, 10  # 10 s clips
-
-
-def numbered(count: int) -> np.ndarray:
-    frames = np.zeros((count, 48, 64, 3), np.uint8)
-    for number in range(count):
-        for bit in range(BITS):
-            if number >> bit & 1:
-                row, column = divmod(bit, 4)
-                frames[number, row * BLOCK : (row + 1) * BLOCK, column * BLOCK : (column + 1) * BLOCK] = 255
-    return frames
-
-
-def numbers(frames: np.ndarray | torch.Tensor) -> list[int]:
-    """Frame numbers read back from (T, H, W, 3) arrays or (T, 3, H, W) tensors."""
-    array = frames.permute(0, 2, 3, 1).numpy() if isinstance(frames, torch.Tensor) else frames
-    found = []
-    for frame in array:
-        bits = [
-            frame[r * BLOCK + 4 : r * BLOCK + 12, c * BLOCK + 4 : c * BLOCK + 12].mean() > 128
-            for r, c in (divmod(bit, 4) for bit in range(BITS))
-        ]
-        found.append(sum(1 << bit for bit, on in enumerate(bits) if on))
-    return found
-
-
-def decode_everything(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The straightforward reference: every frame from the start, with its timestamp."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        decoded = [
-            (f.to_ndarray(format="rgb24"), float(f.pts * stream.time_base)) for f in container.decode(stream)
-        ]
-    return np.stack([f for f, _ in decoded]), np.array([t for _, t in decoded])
 
 
 # Irregular gaps: 150 ms after every third frame, 70 ms otherwise.

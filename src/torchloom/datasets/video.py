@@ -102,10 +102,14 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         short: ShortClips = "repeat_last",
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
         split: str | None = None,
+        display_rotation: bool = True,
         **options: Unpack[IndexingOptions],
     ) -> None:
         _check_config(frames, sampling, stride, short)
+        if not isinstance(display_rotation, bool):
+            raise ConfigError(f"display_rotation must be True or False, got {display_rotation!r}")
         self.frames, self.sampling, self.stride, self.short = frames, sampling, stride, short
+        self.display_rotation = display_rotation
         super().__init__(source, extensions=extensions, split=split, **options)
 
     def probe(self, path: str, inside: str | None) -> VideoHeader:
@@ -134,7 +138,8 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
 
     @property
     def frame_counts(self) -> np.ndarray:
-        """Frames of every clip (declared, or duration × rate when the container stores none)."""
+        """Frames of every clip, from its video stream: declared or counted (less an edit list's
+        skipped frames), else the stream's duration × rate."""
         return self._numbers("frames")
 
     @property
@@ -169,7 +174,8 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         path = self.index.paths[index]
         rng = self.rng(key, slot)
         start, rate = float(self._numbers("start")[index]), float(self.rates[index])
-        clip = read_frames(path, slot_times(start, rate, self.slots(index, rng)), inside=self.read_root)
+        times = slot_times(start, rate, self.slots(index, rng))
+        clip = read_frames(path, times, inside=self.read_root, display_rotation=self.display_rotation)
         video = clip.frames if self.transform is None else self.transform(clip.frames, rng)
         return self.labelled(
             {"video": _to_tchw(video), "timestamps": torch.from_numpy(clip.timestamps)}, index, key

@@ -17,6 +17,7 @@ from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
 from torchloom.io.table import read_table
 from torchloom.io.video import VideoClip, VideoHeader, probe_video, read_frames
+from torchloom.io.video_orientation import DisplayOrientation
 from torchloom.io.video_writer import write_video
 from torchloom.io.volume import VolumeHeader, probe_volume, read_volume
 
@@ -25,6 +26,7 @@ __all__ = [
     "ArrayCube",
     "CubeSource",
     "DecodeError",
+    "DisplayOrientation",
     "EnviCube",
     "EnviHeader",
     "FileBackend",

@@ -4,8 +4,10 @@ A reader seeks to the keyframe before the first wanted time and decodes forward 
 the last one; a wanted time further ahead than :data:`SEEK_AHEAD_SECONDS` is reached by a new
 seek. Times are presentation timestamps (``pts × time_base``), so variable-rate files read
 correctly: the frame taken for a time ``t`` is the one on screen at ``t``, the last frame whose
-timestamp is ``<= t``. Frames come back as RGB ``uint8`` ``(T, H, W, 3)`` arrays with the
-timestamps of the frames taken. A corrupt or truncated file raises :class:`DecodeError` naming
+timestamp is ``<= t``. Frames come back as RGB ``uint8`` ``(T, H, W, 3)`` arrays, turned as the
+display matrix says (a phone's portrait video upright), with the timestamps of the frames taken.
+What a file holds (start, frames, duration) is read from its video stream
+(:mod:`torchloom.io.video_header`). A corrupt or truncated file raises :class:`DecodeError` naming
 it; FIFOs and devices are refused before they are opened. Each call opens the file itself:
 nothing is cached between calls, so DataLoader workers share no handles.
 
@@ -26,20 +28,27 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from torchloom.errors import ConfigError, DecodeError, install_hint
+from torchloom.errors import ConfigError, DecodeError
 from torchloom.io.files import open_file
-from torchloom.io.image import DEFAULT_MAX_PIXELS
+from torchloom.io.video_header import (
+    END_TOLERANCE_FRAMES,
+    StreamFacts,
+    VideoHeader,
+    read_video_header,
+    require_av,
+    stream_facts,
+    stream_time_base,
+)
+from torchloom.io.video_orientation import DisplayOrientation, frame_orientation
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -52,49 +61,8 @@ SEEK_AHEAD_SECONDS = 1.0
 #: When a seek lands after the wanted time (an imprecise index), the next seek goes back this
 #: far, then twice as far, and so on down to the start of the stream.
 SEEK_BACKOFF_SECONDS = 1.0
-#: A wanted time this many frame periods past the last frame of the stream means the file holds
-#: less than its header declares: it is truncated.
-END_TOLERANCE_FRAMES = 2
 # Seconds given as floats are converted to stream ticks with this much slack (in ticks).
 _TICK_SLACK = Fraction(1, 10**6)
-
-
-def require_av() -> ModuleType:
-    """The PyAV module, or an ImportError saying how to install it."""
-    try:
-        return importlib.import_module("av")
-    except ImportError as exc:
-        raise ImportError(f"reading video needs PyAV: {install_hint('av', 'video')}") from exc
-
-
-@dataclass(frozen=True)
-class VideoHeader:
-    """What a video's container declares about its first video stream, read without decoding it.
-
-    ``frames`` is the declared frame count, or ``round(duration × rate)`` where the container does
-    not store one (``frames_known`` says which). Times are in seconds; ``start`` is the stream's
-    first presentation time.
-
-    Example:
-        >>> import numpy as np, os, tempfile
-        >>> from torchloom.io import probe_video, write_video
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     path = os.path.join(folder, "clip.avi")
-        ...     write_video(path, np.zeros((6, 16, 16, 3), np.uint8), rate=3)
-        ...     header = probe_video(path)
-        >>> header.frames, header.rate, header.duration
-        (6, 3.0, 2.0)
-    """
-
-    duration: float
-    start: float
-    rate: float
-    frames: int
-    frames_known: bool
-    height: int
-    width: int
-    time_base: Fraction
-    codec: str
 
 
 @dataclass(frozen=True)
@@ -133,17 +101,28 @@ def probe_video(path: str | os.PathLike[str], *, inside: str | None = None) -> V
         (4, 16, 32, 'mpeg4')
     """
     with open_video(path, inside=inside) as container:
-        return _header(path, container, video_stream(container, path))
+        return read_video_header(path, container, video_stream(container, path))
 
 
 def read_frames(
-    path: str | os.PathLike[str], times: Sequence[float] | np.ndarray, *, inside: str | None = None
+    path: str | os.PathLike[str],
+    times: Sequence[float] | np.ndarray,
+    *,
+    inside: str | None = None,
+    display_rotation: bool = True,
 ) -> VideoClip:
     """Decode the frames on screen at ``times`` (seconds, any order, repeats allowed).
 
     The frame for a time ``t`` is the last one whose presentation timestamp is ``<= t`` (the
     first frame for a time before it). Decoding starts at the keyframe before the earliest time,
-    never from the start of the file unless that is where the keyframe is.
+    never from the start of the file unless that is where the keyframe is (or the format cannot
+    be sought exactly: MPEG-PS and MPEG-TS are read from the start, see
+    :mod:`torchloom.io.video_header`).
+
+    ``display_rotation``: turn the frames as the stream's display matrix says (default), as
+    players show them, so a phone's portrait video comes back upright, ``(T, W, H, 3)`` for frames
+    stored ``H × W``; ``False`` returns them as stored. The name follows images'
+    ``exif_orientation``: where the turn is recorded, then what it is.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -158,11 +137,11 @@ def read_frames(
         raise ConfigError(f"times must be a 1-D sequence of finite seconds, got {np.asarray(times)!r}")
     with open_video(path, inside=inside) as container:
         stream = video_stream(container, path)
-        header = _header(path, container, stream)
+        facts = stream_facts(path, container, stream)
         order = np.argsort(wanted, kind="stable")
-        seeker = _FrameSeeker(path, container, stream, header)
+        seeker = _FrameSeeker(path, container, stream, facts)
         taken = seeker.take([wanted[i] for i in order])
-        return _to_clip(path, taken, order, header, seeker.decoded)
+        return _to_clip(path, taken, order, facts, seeker.decoded, display_rotation)
 
 
 def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None) -> np.ndarray:
@@ -178,7 +157,7 @@ def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None)
     """
     with open_video(path, inside=inside) as container:
         stream = video_stream(container, path)
-        time_base = _time_base(path, stream)
+        time_base = stream_time_base(path, stream)
         return np.array([float(_pts(path, frame) * time_base) for frame in container.decode(stream)])
 
 
@@ -257,41 +236,6 @@ def video_stream(container: InputContainer, path: str | os.PathLike[str]) -> Vid
     return container.streams.video[0]
 
 
-def _time_base(path: str | os.PathLike[str], stream: VideoStream) -> Fraction:
-    if not stream.time_base:
-        raise DecodeError(path, "the video stream declares no time base")
-    return Fraction(stream.time_base)
-
-
-def _header(path: str | os.PathLike[str], container: InputContainer, stream: VideoStream) -> VideoHeader:
-    time_base = _time_base(path, stream)
-    rate_value = stream.average_rate or stream.guessed_rate or stream.base_rate
-    rate = float(rate_value) if rate_value else 0.0
-    start = float(stream.start_time * time_base) if stream.start_time is not None else 0.0
-    if stream.duration:
-        duration = float(stream.duration * time_base)
-    elif container.duration:
-        duration = container.duration / 1_000_000  # AV_TIME_BASE: microseconds
-    else:
-        duration = stream.frames / rate if stream.frames and rate > 0 else 0.0
-    if not rate > 0 and stream.frames and duration > 0:
-        rate = stream.frames / duration
-    frames = stream.frames or round(duration * rate)
-    height, width = stream.codec_context.height, stream.codec_context.width
-    if not (rate > 0 and duration > 0 and frames > 0 and height > 0 and width > 0):
-        raise DecodeError(
-            path,
-            f"the header declares no usable video (rate {rate}, duration {duration} s, {frames} frames, "
-            f"{width}x{height}); remux it (e.g. ffmpeg -i IN -c copy OUT.mkv) or drop it",
-        )
-    if height * width > DEFAULT_MAX_PIXELS:
-        guard = f"{DEFAULT_MAX_PIXELS:,} pixels"
-        raise DecodeError(path, f"frames of {width}x{height} are larger than the pixel guard ({guard})")
-    known = bool(stream.frames)
-    codec = stream.codec_context.name
-    return VideoHeader(duration, start, rate, int(frames), known, height, width, time_base, codec)
-
-
 def _pts(path: str | os.PathLike[str], frame: VideoFrame) -> int:
     pts = frame.pts if frame.pts is not None else frame.dts
     if pts is None:
@@ -307,15 +251,16 @@ class _FrameSeeker:
         path: str | os.PathLike[str],
         container: InputContainer,
         stream: VideoStream,
-        header: VideoHeader,
+        facts: StreamFacts,
     ) -> None:
         self.path = path
         self.container = container
         self.stream = stream
-        self.time_base = header.time_base
-        self.start = int(stream.start_time or 0)
-        self.ahead = self._ticks(SEEK_AHEAD_SECONDS)
-        self.rate = header.rate
+        self.time_base = facts.time_base
+        self.start = facts.start_ticks
+        # Where a seek is not to be trusted, every frame is decoded in one pass from the start.
+        self.ahead: float = self._ticks(SEEK_AHEAD_SECONDS) if facts.seekable else math.inf
+        self.rate = facts.rate
         self.fresh = True  # nothing decoded yet: the demuxer is at the start of the stream
         self.decoded = 0
 
@@ -378,17 +323,35 @@ def _to_clip(
     path: str | os.PathLike[str],
     taken: list[VideoFrame],
     order: np.ndarray,
-    header: VideoHeader,
+    facts: StreamFacts,
     decoded: int,
+    display_rotation: bool,
 ) -> VideoClip:
-    """Frames in sorted order as RGB arrays back in the caller's order (each frame converted once)."""
-    frames = np.empty((len(taken), header.height, header.width, 3), dtype=np.uint8)
+    """Frames in sorted order as RGB arrays back in the caller's order (each frame converted once),
+    turned as displayed when ``display_rotation``."""
+    orientation = _orientation(path, taken[0]) if display_rotation and taken else DisplayOrientation()
+    height, width = orientation.displayed_size(facts.height, facts.width)
+    frames = np.empty((len(taken), height, width, 3), dtype=np.uint8)
     timestamps = np.empty(len(taken), dtype=np.float64)
     converted: dict[int, tuple[np.ndarray, float]] = {}
     for frame, position in zip(taken, order.tolist(), strict=True):
         found = converted.get(id(frame))
         if found is None:
-            array = frame.to_ndarray(format="rgb24", width=header.width, height=header.height)
-            found = converted[id(frame)] = (array, float(_pts(path, frame) * header.time_base))
+            array = orientation.apply(
+                frame.to_ndarray(format="rgb24", width=facts.width, height=facts.height)
+            )
+            found = converted[id(frame)] = (array, float(_pts(path, frame) * facts.time_base))
         frames[position], timestamps[position] = found
     return VideoClip(frames, timestamps, decoded)
+
+
+def _orientation(path: str | os.PathLike[str], frame: VideoFrame) -> DisplayOrientation:
+    """How the stream's frames are shown (all carry the stream's display matrix)."""
+    orientation = frame_orientation(frame)
+    if orientation is None:
+        raise DecodeError(
+            path,
+            f"its display matrix turns the frames by {frame.rotation} degrees, not a right angle, "
+            "which no reader here shows; read the frames as stored with display_rotation=False",
+        )
+    return orientation

@@ -1,0 +1,116 @@
+"""The orientation a video is shown in: its display matrix, as phones record portrait video.
+
+A phone stores the sensor's landscape frames and records, in the stream's display matrix (MP4
+``tkhd``, Matroska projection, FFmpeg's ``AV_PKT_DATA_DISPLAYMATRIX``), the turn a player applies.
+Players, ffmpeg (``-autorotate``) and torchcodec show the turned frames; this module reads the
+matrix a decoded frame carries and turns ``(T, H, W, 3)`` arrays the same way, as
+:mod:`torchloom.io.orientation` does for a photo's EXIF orientation.
+
+Example:
+    >>> import numpy as np
+    >>> stored = np.arange(6, dtype=np.uint8).reshape(1, 2, 3, 1).repeat(3, axis=3)
+    >>> turned = TURNS[90].apply(stored)
+    >>> turned.shape, turned[0, :, :, 0].tolist()
+    ((1, 3, 2, 3), [[2, 5], [1, 4], [0, 3]])
+    >>> TURNS[90].rotation, TURNS[90].mirrored
+    (90, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from av.video.frame import VideoFrame
+
+
+@dataclass(frozen=True)
+class DisplayOrientation:
+    """The turn from stored to displayed frames, as index operations on ``(.., H, W, C)`` arrays:
+    swap rows and columns (``transpose``), then reverse the rows (``flip_rows``) and the columns
+    (``flip_columns``). The identity leaves frames as stored.
+
+    Attributes:
+        transpose: the displayed frame is the stored one on its side (a 90° or 270° turn).
+        flip_rows: the displayed rows run bottom to top.
+        flip_columns: the displayed columns run right to left.
+
+    Example:
+        >>> import numpy as np
+        >>> from torchloom.io import DisplayOrientation
+        >>> turn = DisplayOrientation(transpose=True, flip_rows=True)  # a phone held upright
+        >>> turn.rotation, turn.apply(np.zeros((2, 4, 6, 3), np.uint8)).shape
+        (90, (2, 6, 4, 3))
+    """
+
+    transpose: bool = False
+    flip_rows: bool = False
+    flip_columns: bool = False
+
+    @property
+    def rotation(self) -> int:
+        """The turn, in degrees counter-clockwise (0, 90, 180 or 270), before any mirroring: the
+        angle FFmpeg's ``av_display_rotation_get`` and PyAV's ``VideoFrame.rotation`` report."""
+        if self.transpose:
+            return 90 if self.flip_rows else 270
+        return 180 if self.flip_rows else 0
+
+    @property
+    def mirrored(self) -> bool:
+        """Whether the displayed frame is also mirrored (a determinant of -1: rare, front cameras)."""
+        return self.transpose == (self.flip_rows == self.flip_columns)
+
+    @property
+    def is_identity(self) -> bool:
+        return not (self.transpose or self.flip_rows or self.flip_columns)
+
+    def displayed_size(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(height, width)`` a stored ``height × width`` frame is shown at."""
+        return (width, height) if self.transpose else (height, width)
+
+    def apply(self, frames: np.ndarray) -> np.ndarray:
+        """``(.., H, W, C)`` frames as displayed (a view; copy it for a contiguous array)."""
+        turned = np.swapaxes(frames, -3, -2) if self.transpose else frames
+        if self.flip_rows:
+            turned = turned[..., ::-1, :, :]
+        if self.flip_columns:
+            turned = turned[..., :, ::-1, :]
+        return turned
+
+
+#: Each right-angle turn (degrees counter-clockwise) as index operations.
+TURNS = {
+    0: DisplayOrientation(),
+    90: DisplayOrientation(transpose=True, flip_rows=True),
+    180: DisplayOrientation(flip_rows=True, flip_columns=True),
+    270: DisplayOrientation(transpose=True, flip_columns=True),
+}
+
+
+def orientation_of_rotation(degrees: int) -> DisplayOrientation | None:
+    """The turn of a display matrix that rotates by ``degrees`` counter-clockwise (PyAV's
+    ``VideoFrame.rotation``, -180 to 180), or ``None`` for an angle other than a right one (a
+    player would resample the frame; no index operation shows it).
+
+    Example:
+        >>> orientation_of_rotation(-90)
+        DisplayOrientation(transpose=True, flip_rows=False, flip_columns=True)
+        >>> orientation_of_rotation(45) is None
+        True
+    """
+    return TURNS.get(degrees % 360)
+
+
+def frame_orientation(frame: VideoFrame) -> DisplayOrientation | None:
+    """The turn the display matrix a decoded frame carries (the stream's, which FFmpeg hands every
+    frame) describes; the identity when it has none.
+
+    PyAV reads the matrix's rotation (``av_display_rotation_get``), not its mirroring: a matrix
+    that also mirrors (written by no phone, only on request, e.g. ``ffmpeg -display_hflip``) is
+    read as its rotation. ``VideoFrame.side_data``, which holds the whole matrix, is not used: in
+    PyAV 18 reading it leaves DataLoader workers forked afterwards to crash.
+    """
+    return orientation_of_rotation(int(frame.rotation))
