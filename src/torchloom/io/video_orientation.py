@@ -5,15 +5,6 @@ A phone stores the sensor's landscape frames and records, in the stream's displa
 Players, ffmpeg (``-autorotate``) and torchcodec show the turned frames; this module reads the
 matrix a decoded frame carries and turns ``(T, H, W, 3)`` arrays the same way, as
 :mod:`torchloom.io.orientation` does for a photo's EXIF orientation.
-
-Example:
-    >>> import numpy as np
-    >>> stored = np.arange(6, dtype=np.uint8).reshape(1, 2, 3, 1).repeat(3, axis=3)
-    >>> turned = TURNS[90].apply(stored)
-    >>> turned.shape, turned[0, :, :, 0].tolist()
-    ((1, 3, 2, 3), [[2, 5], [1, 4], [0, 3]])
-    >>> TURNS[90].rotation, TURNS[90].mirrored
-    (90, False)
 """
 
 from __future__ import annotations
