@@ -138,8 +138,8 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
 
     @property
     def frame_counts(self) -> np.ndarray:
-        """Frames of every clip, from its video stream: declared or counted (less an edit list's
-        skipped frames), else the stream's duration × rate."""
+        """Frames of every clip, from its video stream (declared or counted, less an edit list's
+        skipped frames; else the stream's duration × rate)."""
         return self._numbers("frames")
 
     @property

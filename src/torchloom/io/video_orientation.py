@@ -43,7 +43,7 @@ class DisplayOrientation:
 
     @property
     def rotation(self) -> int:
-        """The turn, in degrees counter-clockwise (0, 90, 180 or 270), before any mirroring: the
+        """The turn in degrees counter-clockwise (0, 90, 180 or 270) before any mirroring, the
         angle FFmpeg's ``av_display_rotation_get`` and PyAV's ``VideoFrame.rotation`` report."""
         if self.transpose:
             return 90 if self.flip_rows else 270
@@ -51,7 +51,7 @@ class DisplayOrientation:
 
     @property
     def mirrored(self) -> bool:
-        """Whether the displayed frame is also mirrored (a determinant of -1: rare, front cameras)."""
+        """Whether the displayed frame is also mirrored (a matrix of determinant -1; rare, from front cameras)."""
         return self.transpose == (self.flip_rows == self.flip_columns)
 
     @property
