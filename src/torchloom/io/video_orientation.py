@@ -51,7 +51,7 @@ class DisplayOrientation:
 
     @property
     def mirrored(self) -> bool:
-        """Whether the displayed frame is also mirrored (a matrix of determinant -1; rare, from front cameras)."""
+        """Whether the displayed frame is also mirrored (determinant -1; rare, front cameras)."""
         return self.transpose == (self.flip_rows == self.flip_columns)
 
     @property
