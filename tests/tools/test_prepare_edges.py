@@ -108,3 +108,31 @@ def test_grouping_duplicates_on_a_rerun_moves_only_the_copies(
     after = {row["source"]: row["split"] for row in pq.read_table(out / "manifest.parquet").to_pylist()}
     assert [name for name in before if before[name] != after[name]] == moving
     assert (report["kept"], report["moved_to_duplicate_group"]) == (len(before) - len(moving), len(moving))
+
+
+def test_a_previous_manifest_with_empty_splits_or_unreadable_says_what_to_do(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from torchloom.errors import ManifestError
+    from torchloom.tools.prepare.previous import read_previous_splits
+
+    nulls = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"source": ["a.jpg", "b.jpg"], "split": [None, "train"]}), nulls)
+    with pytest.raises(ManifestError, match=r"1 row\(s\) with no 'split'"):
+        read_previous_splits(str(nulls), ("train", "val"))
+    corrupt = tmp_path / "manifest.parquet"
+    corrupt.write_bytes(b"PAR1" + b"\0" * 16 + b"PAR1")
+    with pytest.raises(ManifestError, match=r"delete it to split afresh") as raised:
+        read_previous_splits(str(corrupt), ("train", "val"))
+    assert str(corrupt) in str(raised.value)
+
+
+def test_a_corrupt_parquet_manifest_is_a_manifest_error(tmp_path: Path) -> None:
+    """pyarrow raises a bare OSError for a footer it cannot deserialize."""
+    from torchloom.errors import ManifestError
+    from torchloom.io import read_table
+
+    corrupt = tmp_path / "m.parquet"
+    corrupt.write_bytes(b"PAR1" + b"\0" * 16 + b"PAR1")
+    with pytest.raises(ManifestError, match="cannot read manifest"):
+        read_table(corrupt)

@@ -62,7 +62,8 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
         return _read_buffer_table(text_path, suffix, data, string_columns)
     except ManifestError:
         raise
-    except (pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
+    except (pa.ArrowException, ValueError, UnicodeDecodeError, OSError) as exc:
+        # The bytes are in memory: an OSError here is Arrow's word for a corrupt file, not I/O.
         raise ManifestError(f"cannot read manifest {text_path!r}: {exc}") from exc
 
 

@@ -39,13 +39,26 @@ def read_previous_splits(path: str, split_names: Sequence[str]) -> dict[str, int
     """``{source: split number}`` of the manifest at ``path`` (split numbers index
     ``split_names``). A manifest without the columns, naming a file twice, or using a split this
     run does not have is refused, naming the file and the fix."""
-    table = read_table(path, string_columns=(SOURCE_COLUMN, SPLIT_COLUMN))
+    try:
+        table = read_table(path, string_columns=(SOURCE_COLUMN, SPLIT_COLUMN))
+    except ManifestError as error:
+        raise ManifestError(
+            f"{error}; this is the previous manifest whose splits the run keeps: restore it, pass "
+            "--previous with another manifest that torchloom prepare wrote, or delete it to split afresh"
+        ) from error
     missing = [name for name in (SOURCE_COLUMN, SPLIT_COLUMN) if name not in table.column_names]
     if missing:
         raise ManifestError(
             f"previous manifest {path!r} has no {' or '.join(map(repr, missing))} column (columns: "
             f"{table.column_names}); pass a manifest.parquet or manifest.csv that torchloom prepare wrote"
         )
+    for name in (SOURCE_COLUMN, SPLIT_COLUMN):
+        empty = table.column(name).null_count
+        if empty:
+            raise ManifestError(
+                f"previous manifest {path!r} has {empty} row(s) with no {name!r}; every row prepare "
+                "writes has one: fill them or remove those rows"
+            )
     sources = [_unescaped(str(value)) for value in table.column(SOURCE_COLUMN).to_pylist()]
     splits = [str(value) for value in table.column(SPLIT_COLUMN).to_pylist()]
     number = {name: i for i, name in enumerate(split_names)}
