@@ -63,10 +63,12 @@ def encode(
     first_pts: float = 0.0,
     audio_seconds: float = 0.0,
     rotation: int = 0,
+    matrix: tuple[int, int, int, int] | None = None,
 ) -> None:
     """``count`` numbered frames; ``first_pts`` seconds before the first frame (a recording cut
     from a stream), an audio track of ``audio_seconds`` (silence), a display matrix turning the
-    frames ``rotation`` degrees counter-clockwise (what a phone held upright records)."""
+    frames ``rotation`` degrees counter-clockwise (what a phone held upright records), or the display
+    matrix ``a b / c d`` (16.16 fixed point, FFmpeg's order: ``-display_hflip`` is ``-1 0 / 0 1``)."""
     with av.open(str(path), "w", format=container_format) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
@@ -75,6 +77,9 @@ def encode(
             stream.codec_context.time_base = MILLIS
         if rotation:
             stream.set_display_rotation(rotation)
+        if matrix:
+            a, b, c, d = matrix
+            stream.set_display_matrix([a, b, 0, c, d, 0, 0, 0, 1 << 30])
         audio = None
         if audio_seconds:
             codec_name = "libopus" if path.suffix == ".webm" else "aac"

@@ -131,6 +131,28 @@ def test_a_portrait_phone_video_comes_back_as_displayed(
     assert numbers(as_stored) == [0, 14, 29]
 
 
+ONE = 1 << 16
+MIRRORS = {  # display matrix (FFmpeg's order) and the stored frames' axes as shown
+    "hflip": ((-ONE, 0, 0, ONE), lambda f: f[:, :, ::-1]),
+    "vflip": ((ONE, 0, 0, -ONE), lambda f: f[:, ::-1]),
+    "rot90_hflip": ((0, ONE, ONE, 0), lambda f: np.swapaxes(f, 1, 2)),
+    "rot90_vflip": ((0, -ONE, -ONE, 0), lambda f: np.swapaxes(f, 1, 2)[:, ::-1, ::-1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIRRORS))
+@pytest.mark.parametrize("suffix", [".mp4", ".mov"])
+def test_a_mirroring_display_matrix_is_shown_mirrored_not_turned(
+    tmp_path: Path, suffix: str, name: str
+) -> None:
+    matrix, shown = MIRRORS[name]
+    path = tmp_path / f"{name}{suffix}"
+    encode(path, 10, matrix=matrix)
+    stored, _ = decode_everything(path)
+    np.testing.assert_array_equal(read_frames(path, [0.05, 0.55]).frames, shown(stored[[0, 5]]))
+    np.testing.assert_array_equal(read_frames(path, [0.05], display_rotation=False).frames, stored[[0]])
+
+
 def test_display_rotation_is_checked_and_odd_angles_are_named() -> None:
     with pytest.raises(Exception, match="display_rotation must be True or False"):
         VideoClipDataset([], frames=2, display_rotation="yes", progress=False)  # type: ignore[arg-type]

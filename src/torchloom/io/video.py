@@ -33,12 +33,13 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from torchloom.errors import ConfigError, DecodeError
 from torchloom.io.files import open_file
+from torchloom.io.video_boxes import track_matrix
 from torchloom.io.video_header import (
     END_TOLERANCE_FRAMES,
     StreamFacts,
@@ -48,7 +49,7 @@ from torchloom.io.video_header import (
     stream_facts,
     stream_time_base,
 )
-from torchloom.io.video_orientation import DisplayOrientation, frame_orientation
+from torchloom.io.video_orientation import DisplayOrientation, frame_orientation, orientation_of_matrix
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -135,13 +136,16 @@ def read_frames(
     wanted = np.asarray(times, dtype=np.float64)
     if wanted.ndim != 1 or not np.all(np.isfinite(wanted)):
         raise ConfigError(f"times must be a 1-D sequence of finite seconds, got {np.asarray(times)!r}")
-    with open_video(path, inside=inside) as container:
+    with _open_container(path, inside) as (container, handle):
         stream = video_stream(container, path)
         facts = stream_facts(path, container, stream)
         order = np.argsort(wanted, kind="stable")
         seeker = _FrameSeeker(path, container, stream, facts)
         taken = seeker.take([wanted[i] for i in order])
-        return _to_clip(path, taken, order, facts, seeker.decoded, display_rotation)
+        orientation = DisplayOrientation()
+        if display_rotation and taken:
+            orientation = _orientation(path, container, stream, handle, taken[0])
+        return _to_clip(path, taken, order, facts, seeker.decoded, orientation)
 
 
 def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None) -> np.ndarray:
@@ -218,13 +222,21 @@ def open_video(path: str | os.PathLike[str], *, inside: str | None = None) -> It
     """Open ``path`` with PyAV, handing it the file object the file layer opened and checked (a
     FIFO or a device refused, confined to ``inside``); PyAV's errors, inside the ``with`` block
     too, become :class:`DecodeError` naming the file."""
+    with _open_container(path, inside) as (container, _):
+        yield container
+
+
+@contextlib.contextmanager
+def _open_container(
+    path: str | os.PathLike[str], inside: str | None
+) -> Iterator[tuple[InputContainer, BinaryIO]]:
     av = require_av()
     with open_file(path, inside=inside) as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             raise DecodeError(path, "file is empty (0 bytes)")
         try:
             with av.open(handle, mode="r", metadata_errors="ignore") as container:
-                yield container
+                yield container, handle
         except av.error.FFmpegError as exc:
             raise DecodeError(path, f"{type(exc).__name__}: {exc.strerror or exc}") from exc
 
@@ -325,11 +337,10 @@ def _to_clip(
     order: np.ndarray,
     facts: StreamFacts,
     decoded: int,
-    display_rotation: bool,
+    orientation: DisplayOrientation,
 ) -> VideoClip:
     """Frames in sorted order as RGB arrays back in the caller's order (each frame converted once),
-    turned as displayed when ``display_rotation``."""
-    orientation = _orientation(path, taken[0]) if display_rotation and taken else DisplayOrientation()
+    turned by ``orientation``."""
     height, width = orientation.displayed_size(facts.height, facts.width)
     frames = np.empty((len(taken), height, width, 3), dtype=np.uint8)
     timestamps = np.empty(len(taken), dtype=np.float64)
@@ -345,13 +356,28 @@ def _to_clip(
     return VideoClip(frames, timestamps, decoded)
 
 
-def _orientation(path: str | os.PathLike[str], frame: VideoFrame) -> DisplayOrientation:
-    """How the stream's frames are shown (all carry the stream's display matrix)."""
-    orientation = frame_orientation(frame)
+def _orientation(
+    path: str | os.PathLike[str],
+    container: InputContainer,
+    stream: VideoStream,
+    handle: BinaryIO,
+    frame: VideoFrame,
+) -> DisplayOrientation:
+    """How the stream's frames are shown: an MP4's or QuickTime's whole display matrix from its
+    track header (mirroring included), else the rotation every decoded frame carries."""
+    matrix = None
+    if _ISO_MEDIA.intersection(container.format.name.split(",")):
+        matrix = track_matrix(handle.fileno(), track_id=stream.id)
+    orientation = orientation_of_matrix(*matrix) if matrix else frame_orientation(frame)
     if orientation is None:
+        turn = f"the matrix {matrix}" if matrix else f"a turn of {frame.rotation} degrees"
         raise DecodeError(
             path,
-            f"its display matrix turns the frames by {frame.rotation} degrees, not a right angle, "
+            f"its display matrix shows the frames by {turn}, not a right-angle turn or flip, "
             "which no reader here shows; read the frames as stored with display_rotation=False",
         )
     return orientation
+
+
+# FFmpeg's names of the ISO base media formats, whose track header holds the display matrix.
+_ISO_MEDIA = frozenset({"mov", "mp4"})
