@@ -10,13 +10,19 @@ frame carries it) and turns ``(T, H, W, 3)`` arrays the same way, as
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from torchloom.errors import DecodeError
+from torchloom.io.video_boxes import track_matrix
+
 if TYPE_CHECKING:
+    from av.container import InputContainer
     from av.video.frame import VideoFrame
+    from av.video.stream import VideoStream
 
 
 @dataclass(frozen=True)
@@ -125,3 +131,31 @@ def frame_orientation(frame: VideoFrame) -> DisplayOrientation | None:
     used: in PyAV 18 reading it leaves DataLoader workers forked afterwards to crash.
     """
     return orientation_of_rotation(int(frame.rotation))
+
+
+def shown_orientation(
+    path: str | os.PathLike[str],
+    container: InputContainer,
+    stream: VideoStream,
+    fd: int,
+    frame: VideoFrame,
+) -> DisplayOrientation:
+    """How ``stream``'s frames are shown: an MP4's or QuickTime's whole display matrix from its
+    track header (mirroring included; ``fd`` the open file), else the rotation ``frame``, one of
+    its decoded frames, carries; a :class:`DecodeError` for a turn no index operation shows."""
+    matrix = None
+    if _ISO_MEDIA.intersection(container.format.name.split(",")):
+        matrix = track_matrix(fd, track_id=stream.id)
+    orientation = orientation_of_matrix(*matrix) if matrix else frame_orientation(frame)
+    if orientation is None:
+        turn = f"the matrix {matrix}" if matrix else f"a turn of {frame.rotation} degrees"
+        raise DecodeError(
+            path,
+            f"its display matrix shows the frames by {turn}, not a right-angle turn or flip, "
+            "which no reader here shows; read the frames as stored with display_rotation=False",
+        )
+    return orientation
+
+
+# FFmpeg's names of the ISO base media formats, whose track header holds the display matrix.
+_ISO_MEDIA = frozenset({"mov", "mp4"})
