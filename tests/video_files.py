@@ -29,6 +29,14 @@ def numbered(count: int) -> np.ndarray:
     return frames
 
 
+def gray_ramp(count: int) -> np.ndarray:
+    """Frames of rising gray (4 levels a frame) with a white corner: the content on which an MPEG-2
+    program stream muxer with B-frames repeats two presentation times."""
+    frames = np.repeat((np.arange(count) * 4 % 256).astype(np.uint8), 48 * 64 * 3).reshape(count, 48, 64, 3)
+    frames[:, :8, :16] = 255
+    return frames
+
+
 def numbers(frames: np.ndarray | torch.Tensor) -> list[int]:
     """Frame numbers read back from (T, H, W, 3) arrays or (T, 3, H, W) tensors, stored upright."""
     array = frames.permute(0, 2, 3, 1).numpy() if isinstance(frames, torch.Tensor) else frames
@@ -63,26 +71,39 @@ def encode(
     first_pts: float = 0.0,
     audio_seconds: float = 0.0,
     rotation: int = 0,
+    matrix: tuple[int, int, int, int] | None = None,
+    times: np.ndarray | None = None,
+    b_frames: int = 0,
+    images: np.ndarray | None = None,
 ) -> None:
     """``count`` numbered frames; ``first_pts`` seconds before the first frame (a recording cut
     from a stream), an audio track of ``audio_seconds`` (silence), a display matrix turning the
-    frames ``rotation`` degrees counter-clockwise (what a phone held upright records)."""
+    frames ``rotation`` degrees counter-clockwise (what a phone held upright records), or the display
+    matrix ``a b / c d`` (16.16 fixed point, FFmpeg's order: ``-display_hflip`` is ``-1 0 / 0 1``);
+    ``times``: each frame's time in seconds (a variable frame rate, in milliseconds as a phone's
+    or a screen recorder's); ``b_frames``: B-frames between references; ``images``: other frames
+    than the numbered ones."""
     with av.open(str(path), "w", format=container_format) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
         stream.codec_context.gop_size = gop
-        if first_pts:
+        stream.codec_context.max_b_frames = b_frames
+        if first_pts or times is not None:
             stream.codec_context.time_base = MILLIS
         if rotation:
             stream.set_display_rotation(rotation)
+        if matrix:
+            a, b, c, d = matrix
+            stream.set_display_matrix([a, b, 0, c, d, 0, 0, 0, 1 << 30])
         audio = None
         if audio_seconds:
             codec_name = "libopus" if path.suffix == ".webm" else "aac"
             audio = container.add_stream(codec_name, rate=48000, layout="mono")
-        for number, image in enumerate(numbered(count)):
+        for number, image in enumerate(numbered(count) if images is None else images[:count]):
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            if first_pts:
-                frame.pts, frame.time_base = round((first_pts + number / rate) * 1000), MILLIS
+            if first_pts or times is not None:
+                seconds = first_pts + (number / rate if times is None else float(times[number]))
+                frame.pts, frame.time_base = round(seconds * 1000), MILLIS
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
         if audio is not None:

@@ -15,10 +15,18 @@ import torch
 
 from torchloom.datasets.video import VideoClipDataset
 from torchloom.errors import DecodeError, EmptyDatasetError
-from torchloom.io.video import probe_video, read_frames, slot_times, verify_video
+from torchloom.io.video import probe_video, read_frame_numbers, read_frames, slot_times, verify_video
 from torchloom.io.video_orientation import TURNS, orientation_of_rotation
 from torchloom.io.video_writer import write_video
-from video_files import cut_with_edit_list, decode_everything, edit_list_skips, encode, numbered, numbers
+from video_files import (
+    cut_with_edit_list,
+    decode_everything,
+    edit_list_skips,
+    encode,
+    gray_ramp,
+    numbered,
+    numbers,
+)
 
 
 def late_start(folder: Path, suffix: str) -> Path:
@@ -107,6 +115,62 @@ def test_a_cut_mkv_is_truncated_though_its_frames_are_read_from_the_stream(tmp_p
         VideoClipDataset([path], frames=4, progress=False)
 
 
+def variable_rate(folder: Path, suffix: str) -> Path:
+    """A phone's or a screen recorder's variable frame rate: gaps of 10 to 80 ms, B-frames."""
+    path = folder / f"vfr{suffix}"
+    gaps = np.random.default_rng(0).integers(10, 80, 60) / 1000
+    codec = "libvpx-vp9" if suffix == ".webm" else "libx264"
+    encode(path, 60, rate=30, codec=codec, gop=10, b_frames=2, times=np.cumsum(gaps) - gaps[0])
+    return path
+
+
+def repeated_timestamps(folder: Path, suffix: str) -> Path:
+    """An MPEG-2 program stream with B-frames whose muxer repeats two presentation times."""
+    path = folder / f"repeats{suffix}"
+    encode(
+        path,
+        60,
+        rate=30,
+        codec="mpeg2video",
+        gop=12,
+        b_frames=2,
+        container_format="mpeg",
+        images=gray_ramp(60),
+    )
+    stamps = decode_everything(path)[1]
+    assert len(set(stamps.tolist())) < len(stamps)  # the muxer really repeats timestamps
+    return path
+
+
+OFF_GRID: list[tuple[Callable[[Path, str], Path], str]] = [
+    (variable_rate, ".mkv"),
+    (variable_rate, ".webm"),
+    (variable_rate, ".mp4"),
+    (repeated_timestamps, ".mpg"),
+    (transport_stream, ".mts"),
+]
+
+
+@pytest.mark.parametrize(("maker", "suffix"), OFF_GRID, ids=lambda case: getattr(case, "__name__", case))
+def test_a_stream_off_the_time_grid_is_counted_and_read_by_frame_number(
+    tmp_path: Path, maker: Callable[[Path, str], Path], suffix: str
+) -> None:
+    path = maker(tmp_path, suffix)
+    reference, _ = decode_everything(path)  # what a player shows, in order
+    shown = len(reference)
+    header = probe_video(path)
+    assert header.frames == shown and not header.on_grid
+    assert verify_video(path).frames == shown  # never called truncated
+    every = read_frame_numbers(path, np.arange(shown)[::-1])
+    np.testing.assert_array_equal(every.frames, reference[::-1])  # pixel for pixel, every frame
+    for number in range(0, shown, 7):
+        np.testing.assert_array_equal(read_frame_numbers(path, [number]).frames[0], reference[number])
+    clip = VideoClipDataset([path], frames=shown, progress=False)[0]["video"]
+    np.testing.assert_array_equal(clip.permute(0, 2, 3, 1).numpy(), reference)  # every frame a slot
+    with pytest.raises(DecodeError, match=rf"{path.name}.*shows {shown} frames.*truncated"):
+        read_frame_numbers(path, [shown])
+
+
 @pytest.mark.parametrize(("rotation", "turns"), [(90, 1), (-90, -1), (180, 2), (0, 0)])
 @pytest.mark.parametrize("suffix", [".mp4", ".mov"])
 def test_a_portrait_phone_video_comes_back_as_displayed(
@@ -129,6 +193,28 @@ def test_a_portrait_phone_video_comes_back_as_displayed(
     torch.testing.assert_close(upright, torch.from_numpy(expected.copy()).permute(0, 3, 1, 2))
     as_stored = VideoClipDataset([path], frames=3, display_rotation=False, progress=False)[0]["video"]
     assert numbers(as_stored) == [0, 14, 29]
+
+
+ONE = 1 << 16
+MIRRORS = {  # display matrix (FFmpeg's order) and the stored frames' axes as shown
+    "hflip": ((-ONE, 0, 0, ONE), lambda f: f[:, :, ::-1]),
+    "vflip": ((ONE, 0, 0, -ONE), lambda f: f[:, ::-1]),
+    "rot90_hflip": ((0, ONE, ONE, 0), lambda f: np.swapaxes(f, 1, 2)),
+    "rot90_vflip": ((0, -ONE, -ONE, 0), lambda f: np.swapaxes(f, 1, 2)[:, ::-1, ::-1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIRRORS))
+@pytest.mark.parametrize("suffix", [".mp4", ".mov"])
+def test_a_mirroring_display_matrix_is_shown_mirrored_not_turned(
+    tmp_path: Path, suffix: str, name: str
+) -> None:
+    matrix, shown = MIRRORS[name]
+    path = tmp_path / f"{name}{suffix}"
+    encode(path, 10, matrix=matrix)
+    stored, _ = decode_everything(path)
+    np.testing.assert_array_equal(read_frames(path, [0.05, 0.55]).frames, shown(stored[[0, 5]]))
+    np.testing.assert_array_equal(read_frames(path, [0.05], display_rotation=False).frames, stored[[0]])
 
 
 def test_display_rotation_is_checked_and_odd_angles_are_named() -> None:

@@ -13,7 +13,14 @@ from torchloom.datasets.base import Slot
 from torchloom.datasets.options import IndexingOptions
 from torchloom.datasets.sources import ProbedFileDataset, Source
 from torchloom.errors import ConfigError, DataError, TransformError, check_choice
-from torchloom.io.video import VideoHeader, probe_video, read_frames, slot_times, verify_video
+from torchloom.io.video import (
+    VideoHeader,
+    probe_video,
+    read_frame_numbers,
+    read_frames,
+    slot_times,
+    verify_video,
+)
 
 #: File extensions that are videos (matched in any case).
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv")
@@ -41,9 +48,11 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
     files that do not probe are left out and listed in :attr:`report` (``strict=True`` raises).
 
     A clip of ``n`` frames at rate ``r`` starting at ``s`` seconds is read on a grid of ``n``
-    frame slots, slot ``i`` at time ``s + (i + 0.5) / r``; each slot takes the frame on screen at
-    that time (presentation timestamps, so a variable-rate file reads correctly; on a
-    constant-rate file slot ``i`` is exactly frame ``i``). Sampling picks the slots:
+    frame slots, slot ``i`` at time ``s + (i + 0.5) / r``, where the stream's frame ``i`` is the
+    one on screen then (``VideoHeader.on_grid``); slot ``i`` of a stream off that grid (a variable
+    frame rate, an MPEG program or transport stream) is its ``i``-th presented frame
+    (:func:`torchloom.io.read_frame_numbers`), so every frame a file shows is a slot. Sampling
+    picks the slots:
 
     - ``"uniform"``: ``round(linspace(0, n - 1, frames))``, the first and last frame and
       ``frames - 2`` evenly between them (``frames=1``: the first); deterministic.
@@ -127,6 +136,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
             "duration": np.array([h.duration for h in headers], dtype=np.float64),
             "rate": np.array([h.rate for h in headers], dtype=np.float64),
             "start": np.array([h.start for h in headers], dtype=np.float64),
+            "on_grid": np.array([h.on_grid for h in headers], dtype=np.bool_),
         }
 
     @property
@@ -173,9 +183,13 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
     def _load(self, index: int, key: int, slot: Slot | None) -> dict[str, Any]:
         path = self.index.paths[index]
         rng = self.rng(key, slot)
-        start, rate = float(self._numbers("start")[index]), float(self.rates[index])
-        times = slot_times(start, rate, self.slots(index, rng))
-        clip = read_frames(path, times, inside=self.read_root, display_rotation=self.display_rotation)
+        slots, rotate = self.slots(index, rng), self.display_rotation
+        if self._numbers("on_grid")[index]:
+            start, rate = float(self._numbers("start")[index]), float(self.rates[index])
+            times = slot_times(start, rate, slots)
+            clip = read_frames(path, times, inside=self.read_root, display_rotation=rotate)
+        else:
+            clip = read_frame_numbers(path, slots, inside=self.read_root, display_rotation=rotate)
         video = clip.frames if self.transform is None else self.transform(clip.frames, rng)
         return self.labelled(
             {"video": _to_tchw(video), "timestamps": torch.from_numpy(clip.timestamps)}, index, key

@@ -16,7 +16,7 @@ from torchloom.io.files import FileBackend, FileInfo, LocalFiles, file_info, ope
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
 from torchloom.io.table import read_table
-from torchloom.io.video import VideoClip, VideoHeader, probe_video, read_frames
+from torchloom.io.video import VideoClip, VideoHeader, probe_video, read_frame_numbers, read_frames
 from torchloom.io.video_orientation import DisplayOrientation
 from torchloom.io.video_writer import write_video
 from torchloom.io.volume import VolumeHeader, probe_volume, read_volume
@@ -51,6 +51,7 @@ __all__ = [
     "probe_video",
     "probe_volume",
     "read_bytes",
+    "read_frame_numbers",
     "read_frames",
     "read_hdf5_array",
     "read_header",

@@ -1,10 +1,11 @@
 """Read video frames at given times with PyAV (the optional ``video`` extra).
 
 A reader seeks to the keyframe before the first wanted time and decodes forward only as far as
-the last one; a wanted time further ahead than :data:`SEEK_AHEAD_SECONDS` is reached by a new
-seek. Times are presentation timestamps (``pts × time_base``), so variable-rate files read
-correctly: the frame taken for a time ``t`` is the one on screen at ``t``, the last frame whose
-timestamp is ``<= t``. Frames come back as RGB ``uint8`` ``(T, H, W, 3)`` arrays, turned as the
+the last one; a wanted time further ahead than :data:`~torchloom.io.video_seek.SEEK_AHEAD_SECONDS`
+is reached by a new seek. Times are presentation timestamps (``pts × time_base``): the frame taken
+for a time ``t`` is the one on screen at ``t``, the last frame whose timestamp is ``<= t``;
+:func:`read_frame_numbers` takes frames by number instead, which reaches every frame of a
+variable-rate file. Frames come back as RGB ``uint8`` ``(T, H, W, 3)`` arrays, turned as the
 display matrix says (a phone's portrait video upright), with the timestamps of the frames taken.
 What a file holds (start, frames, duration) is read from its video stream
 (:mod:`torchloom.io.video_header`). A corrupt or truncated file raises :class:`DecodeError` naming
@@ -28,41 +29,36 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from torchloom.errors import ConfigError, DecodeError
 from torchloom.io.files import open_file
 from torchloom.io.video_header import (
-    END_TOLERANCE_FRAMES,
+    PacketScan,
     StreamFacts,
     VideoHeader,
     read_video_header,
     require_av,
+    slot_times,
     stream_facts,
     stream_time_base,
 )
-from torchloom.io.video_orientation import DisplayOrientation, frame_orientation
+from torchloom.io.video_orientation import DisplayOrientation, shown_orientation
+from torchloom.io.video_seek import (
+    FrameSeeker,
+    check_reaches,
+    frame_pts,
+)
 
 if TYPE_CHECKING:
     from av.container import InputContainer
     from av.video.frame import VideoFrame
     from av.video.stream import VideoStream
-
-#: A wanted time more than this many seconds past the last decoded frame is reached by seeking
-#: again (to the keyframe before it) rather than by decoding every frame in between.
-SEEK_AHEAD_SECONDS = 1.0
-#: When a seek lands after the wanted time (an imprecise index), the next seek goes back this
-#: far, then twice as far, and so on down to the start of the stream.
-SEEK_BACKOFF_SECONDS = 1.0
-# Seconds given as floats are converted to stream ticks with this much slack (in ticks).
-_TICK_SLACK = Fraction(1, 10**6)
 
 
 @dataclass(frozen=True)
@@ -135,13 +131,105 @@ def read_frames(
     wanted = np.asarray(times, dtype=np.float64)
     if wanted.ndim != 1 or not np.all(np.isfinite(wanted)):
         raise ConfigError(f"times must be a 1-D sequence of finite seconds, got {np.asarray(times)!r}")
-    with open_video(path, inside=inside) as container:
+
+    def at_times(
+        container: InputContainer, stream: VideoStream, facts: StreamFacts, ordered: list[float]
+    ) -> _Taken:
+        seeker = FrameSeeker(path, container, stream, facts)
+        return seeker.take([seeker.ticks_of(t) for t in ordered]), seeker.decoded
+
+    return _decode_clip(path, inside, wanted, display_rotation, at_times)
+
+
+def read_frame_numbers(
+    path: str | os.PathLike[str],
+    numbers: Sequence[int] | np.ndarray,
+    *,
+    inside: str | None = None,
+    display_rotation: bool = True,
+) -> VideoClip:
+    """Decode frames by number (any order, repeats allowed): frame ``n`` is the ``n``-th frame the
+    stream presents, counted from 0, as torchcodec and decord index frames.
+
+    For a stream off the time grid (``VideoHeader.on_grid`` False: a variable frame rate, or an
+    MPEG program or transport stream) this is how every frame is reached: a seekable file's
+    packets are read (not decoded) to find frame ``n``'s timestamp, then it is read as
+    :func:`read_frames` reads a time; a stream read from the start takes the ``n``-th frame the
+    decoder gives. A number past the stream's frames is a :class:`DecodeError` (truncated).
+    ``display_rotation`` as for :func:`read_frames`.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> from torchloom.io.video_writer import write_video
+        >>> path = os.path.join(tempfile.mkdtemp(), "clip.mkv")
+        >>> write_video(path, np.zeros((8, 16, 16, 3), np.uint8), rate=4)
+        >>> read_frame_numbers(path, [7, 0, 3]).timestamps.tolist()
+        [1.75, 0.0, 0.75]
+    """
+    wanted = np.asarray(numbers)
+    if wanted.ndim != 1 or wanted.dtype.kind not in "iu" or (wanted.size and wanted.min() < 0):
+        raise ConfigError(
+            f"numbers must be a 1-D sequence of frame numbers >= 0, got {np.asarray(numbers)!r}"
+        )
+
+    def by_number(
+        container: InputContainer, stream: VideoStream, facts: StreamFacts, ordered: list[int]
+    ) -> _Taken:
+        if not facts.seekable:
+            return _in_presented_order(path, container, stream, ordered)
+        scan = PacketScan(stream, facts, scan_all=True)
+        scan.read(container)
+        ticks = scan.ticks
+        _check_count(path, len(ticks), ordered)
+        seeker = FrameSeeker(path, container, stream, facts, fresh=False)
+        return seeker.take([int(ticks[n]) for n in ordered]), seeker.decoded
+
+    return _decode_clip(path, inside, wanted, display_rotation, by_number)
+
+
+_Taken = tuple[list["VideoFrame"], int]  # frames in sorted order, and how many were decoded
+
+
+def _decode_clip(
+    path: str | os.PathLike[str],
+    inside: str | None,
+    wanted: np.ndarray,
+    display_rotation: bool,
+    take: Callable[[InputContainer, VideoStream, StreamFacts, list[Any]], _Taken],
+) -> VideoClip:
+    """The frames ``take`` finds for ``wanted`` (handed sorted), back in the caller's order."""
+    with _open_container(path, inside) as (container, handle):
         stream = video_stream(container, path)
         facts = stream_facts(path, container, stream)
         order = np.argsort(wanted, kind="stable")
-        seeker = _FrameSeeker(path, container, stream, facts)
-        taken = seeker.take([wanted[i] for i in order])
-        return _to_clip(path, taken, order, facts, seeker.decoded, display_rotation)
+        taken, decoded = take(container, stream, facts, [wanted[i].item() for i in order])
+        orientation = _shown(path, container, stream, handle, taken if display_rotation else [])
+        return _to_clip(path, taken, order, facts, decoded, orientation)
+
+
+def _check_count(path: str | os.PathLike[str], count: int, ordered: list[int]) -> None:
+    if ordered and ordered[-1] >= count:
+        raise DecodeError(
+            path,
+            f"the stream shows {count} frames, fewer than frame {ordered[-1]} wanted: the file is truncated",
+        )
+
+
+def _in_presented_order(
+    path: str | os.PathLike[str], container: InputContainer, stream: VideoStream, ordered: list[int]
+) -> tuple[list[VideoFrame], int]:
+    """The frames numbered ``ordered`` (sorted) in the order the decoder presents them, from the
+    start; and how many were decoded."""
+    taken: list[VideoFrame] = []
+    decoded = 0
+    for frame in container.decode(stream):
+        while len(taken) < len(ordered) and ordered[len(taken)] == decoded:
+            taken.append(frame)
+        decoded += 1
+        if len(taken) == len(ordered):
+            return taken, decoded
+    _check_count(path, decoded, ordered)
+    return taken, decoded
 
 
 def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None) -> np.ndarray:
@@ -158,14 +246,16 @@ def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None)
     with open_video(path, inside=inside) as container:
         stream = video_stream(container, path)
         time_base = stream_time_base(path, stream)
-        return np.array([float(_pts(path, frame) * time_base) for frame in container.decode(stream)])
+        return np.array([float(frame_pts(path, frame) * time_base) for frame in container.decode(stream)])
 
 
 def verify_video(path: str | os.PathLike[str], *, inside: str | None = None) -> VideoHeader:
     """:func:`probe_video`, then decode every frame: a :class:`DecodeError` when a packet does not
     decode or the frames end before the last one the header declares (a truncated file).
 
-    Costs a whole decode, where :func:`probe_video` reads the header only.
+    For a stream off the time grid (``VideoHeader.on_grid`` False), the frames decoded are counted
+    against the header's count instead of placed on the grid. Costs a whole decode, where
+    :func:`probe_video` reads the header only.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -183,34 +273,19 @@ def verify_video(path: str | os.PathLike[str], *, inside: str | None = None) -> 
     """
     header = probe_video(path, inside=inside)
     stamps = frame_timestamps(path, inside=inside)
-    last_slot = float(slot_times(header.start, header.rate, np.array([header.frames - 1]))[0])
     if not len(stamps):
         raise DecodeError(path, "no frame decodes")
+    if not header.on_grid:
+        if len(stamps) < header.frames:
+            raise DecodeError(
+                path,
+                f"{len(stamps)} frames decode of the {header.frames} its packets hold: the file is "
+                "truncated or corrupt",
+            )
+        return header
+    last_slot = float(slot_times(header.start, header.rate, np.array([header.frames - 1]))[0])
     check_reaches(path, float(stamps[-1]), last_slot, header.rate)
     return header
-
-
-def slot_times(start: float | np.ndarray, rate: float | np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """The times (seconds) of frame slots: slot ``i`` at ``start + (i + 0.5) / rate``, mid-way
-    through frame ``i`` of a constant-rate stream, so rounding never picks its neighbour.
-
-    Example:
-        >>> slot_times(0.0, 10.0, np.array([0, 5])).tolist()
-        [0.05, 0.55]
-    """
-    times: np.ndarray = start + (slots + 0.5) / rate
-    return times
-
-
-def check_reaches(path: str | os.PathLike[str], last: float, wanted: float, rate: float) -> None:
-    """Raise :class:`DecodeError` (truncated) when a stream whose last frame is at ``last``
-    seconds cannot show the frame wanted at ``wanted`` (more than a couple of frames later)."""
-    if wanted > last + END_TOLERANCE_FRAMES / rate:
-        raise DecodeError(
-            path,
-            f"the video ends at {last:.3f} s, before the frame wanted at {wanted:.3f} s that its header "
-            "promises: the file is truncated",
-        )
 
 
 @contextlib.contextmanager
@@ -218,13 +293,21 @@ def open_video(path: str | os.PathLike[str], *, inside: str | None = None) -> It
     """Open ``path`` with PyAV, handing it the file object the file layer opened and checked (a
     FIFO or a device refused, confined to ``inside``); PyAV's errors, inside the ``with`` block
     too, become :class:`DecodeError` naming the file."""
+    with _open_container(path, inside) as (container, _):
+        yield container
+
+
+@contextlib.contextmanager
+def _open_container(
+    path: str | os.PathLike[str], inside: str | None
+) -> Iterator[tuple[InputContainer, BinaryIO]]:
     av = require_av()
     with open_file(path, inside=inside) as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             raise DecodeError(path, "file is empty (0 bytes)")
         try:
             with av.open(handle, mode="r", metadata_errors="ignore") as container:
-                yield container
+                yield container, handle
         except av.error.FFmpegError as exc:
             raise DecodeError(path, f"{type(exc).__name__}: {exc.strerror or exc}") from exc
 
@@ -236,100 +319,16 @@ def video_stream(container: InputContainer, path: str | os.PathLike[str]) -> Vid
     return container.streams.video[0]
 
 
-def _pts(path: str | os.PathLike[str], frame: VideoFrame) -> int:
-    pts = frame.pts if frame.pts is not None else frame.dts
-    if pts is None:
-        raise DecodeError(path, "a decoded frame carries no timestamp")
-    return int(pts)
-
-
-class _FrameSeeker:
-    """Finds the frames on screen at sorted wanted times: seek, decode forward, seek again when far."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        container: InputContainer,
-        stream: VideoStream,
-        facts: StreamFacts,
-    ) -> None:
-        self.path = path
-        self.container = container
-        self.stream = stream
-        self.time_base = facts.time_base
-        self.start = facts.start_ticks
-        # Where a seek is not to be trusted, every frame is decoded in one pass from the start.
-        self.ahead: float = self._ticks(SEEK_AHEAD_SECONDS) if facts.seekable else math.inf
-        self.rate = facts.rate
-        self.fresh = True  # nothing decoded yet: the demuxer is at the start of the stream
-        self.decoded = 0
-
-    def _ticks(self, seconds: float) -> int:
-        return max(1, math.ceil(Fraction(seconds) / self.time_base))
-
-    def take(self, times: list[float]) -> list[VideoFrame]:
-        # A time a float's rounding error below a frame's timestamp still takes that frame.
-        wanted = [math.floor(Fraction(t) / self.time_base + _TICK_SLACK) for t in times]
-        taken: list[VideoFrame] = []
-        while len(taken) < len(wanted):
-            self._run(wanted, taken)
-        return taken
-
-    def _run(self, wanted: list[int], taken: list[VideoFrame]) -> None:
-        """Seek before ``wanted[len(taken)]`` and take frames until the next wanted time is far."""
-        target = wanted[len(taken)]
-        back = 0
-        while True:
-            from_start = target - back <= self.start
-            if self.fresh and (from_start or target - self.start <= self.ahead):
-                from_start = True  # decode from where the demuxer already is
-            elif from_start:
-                self.container.seek(self.start, stream=self.stream, backward=True)
-            else:
-                self.container.seek(target - back, stream=self.stream, backward=True)
-            self.fresh = False
-            if self._decode_forward(wanted, taken, from_start):
-                return
-            back = max(2 * back, self._ticks(SEEK_BACKOFF_SECONDS))
-
-    def _decode_forward(self, wanted: list[int], taken: list[VideoFrame], from_start: bool) -> bool:
-        """Take frames decoded from the current position; False when it lies past the wanted time."""
-        previous: VideoFrame | None = None
-        began = len(taken)
-        for frame in self.container.decode(self.stream):
-            self.decoded += 1
-            pts = _pts(self.path, frame)
-            if previous is None and pts > wanted[len(taken)] and not from_start:
-                return False  # the seek landed after the wanted time: go further back
-            while len(taken) < len(wanted) and wanted[len(taken)] < pts:
-                taken.append(previous if previous is not None else frame)
-            if len(taken) == len(wanted):
-                return True
-            previous = frame
-            if len(taken) > began and wanted[len(taken)] - pts > self.ahead:
-                return True  # far ahead: the caller seeks again
-        if previous is None:
-            raise DecodeError(self.path, f"no frame decodes from {self._seconds(wanted[len(taken)])} s on")
-        last = self._seconds(_pts(self.path, previous))
-        check_reaches(self.path, last, self._seconds(wanted[-1]), self.rate)
-        taken.extend([previous] * (len(wanted) - len(taken)))
-        return True
-
-    def _seconds(self, ticks: int) -> float:
-        return float(ticks * self.time_base)
-
-
 def _to_clip(
     path: str | os.PathLike[str],
     taken: list[VideoFrame],
     order: np.ndarray,
     facts: StreamFacts,
     decoded: int,
-    display_rotation: bool,
+    orientation: DisplayOrientation,
 ) -> VideoClip:
     """Frames in sorted order as RGB arrays back in the caller's order (each frame converted once),
-    turned as displayed when ``display_rotation``."""
-    orientation = _orientation(path, taken[0]) if display_rotation and taken else DisplayOrientation()
+    turned by ``orientation``."""
     height, width = orientation.displayed_size(facts.height, facts.width)
     frames = np.empty((len(taken), height, width, 3), dtype=np.uint8)
     timestamps = np.empty(len(taken), dtype=np.float64)
@@ -340,18 +339,19 @@ def _to_clip(
             array = orientation.apply(
                 frame.to_ndarray(format="rgb24", width=facts.width, height=facts.height)
             )
-            found = converted[id(frame)] = (array, float(_pts(path, frame) * facts.time_base))
+            found = converted[id(frame)] = (array, float(frame_pts(path, frame) * facts.time_base))
         frames[position], timestamps[position] = found
     return VideoClip(frames, timestamps, decoded)
 
 
-def _orientation(path: str | os.PathLike[str], frame: VideoFrame) -> DisplayOrientation:
-    """How the stream's frames are shown (all carry the stream's display matrix)."""
-    orientation = frame_orientation(frame)
-    if orientation is None:
-        raise DecodeError(
-            path,
-            f"its display matrix turns the frames by {frame.rotation} degrees, not a right angle, "
-            "which no reader here shows; read the frames as stored with display_rotation=False",
-        )
-    return orientation
+def _shown(
+    path: str | os.PathLike[str],
+    container: InputContainer,
+    stream: VideoStream,
+    handle: BinaryIO,
+    taken: list[VideoFrame],
+) -> DisplayOrientation:
+    """The turn the frames ``taken`` are shown with; the identity where none is to be applied."""
+    if not taken:
+        return DisplayOrientation()
+    return shown_orientation(path, container, stream, handle.fileno(), taken[0])

@@ -3,19 +3,26 @@
 A phone stores the sensor's landscape frames and records, in the stream's display matrix (MP4
 ``tkhd``, Matroska projection, FFmpeg's ``AV_PKT_DATA_DISPLAYMATRIX``), the turn a player applies.
 Players, ffmpeg (``-autorotate``) and torchcodec show the turned frames; this module reads the
-matrix a decoded frame carries and turns ``(T, H, W, 3)`` arrays the same way, as
+matrix (an MP4's or QuickTime's whole, from its track header; other formats' rotation, as a decoded
+frame carries it) and turns ``(T, H, W, 3)`` arrays the same way, as
 :mod:`torchloom.io.orientation` does for a photo's EXIF orientation.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from torchloom.errors import DecodeError
+from torchloom.io.video_boxes import track_matrix
+
 if TYPE_CHECKING:
+    from av.container import InputContainer
     from av.video.frame import VideoFrame
+    from av.video.stream import VideoStream
 
 
 @dataclass(frozen=True)
@@ -95,13 +102,60 @@ def orientation_of_rotation(degrees: int) -> DisplayOrientation | None:
     return TURNS.get(degrees % 360)
 
 
+def orientation_of_matrix(a: int, b: int, c: int, d: int) -> DisplayOrientation | None:
+    """The turn, mirroring included, of a display matrix whose entries ``a b / c d`` show a stored
+    pixel ``(x, y)`` at ``(a x + c y, b x + d y)`` (an MP4 ``tkhd`` matrix; any scale), or ``None``
+    for a matrix that is no right-angle turn or flip.
+
+    Example:
+        >>> orientation_of_matrix(-65536, 0, 0, 65536)  # ffmpeg -display_hflip
+        DisplayOrientation(transpose=False, flip_rows=False, flip_columns=True)
+        >>> orientation_of_matrix(0, 65536, -65536, 0).rotation  # a phone held upright
+        270
+    """
+    if b == c == 0 and a and d:
+        return DisplayOrientation(flip_rows=d < 0, flip_columns=a < 0)
+    if a == d == 0 and b and c:
+        return DisplayOrientation(transpose=True, flip_rows=b < 0, flip_columns=c < 0)
+    return None
+
+
 def frame_orientation(frame: VideoFrame) -> DisplayOrientation | None:
     """The turn the display matrix a decoded frame carries (the stream's, which FFmpeg hands every
     frame) describes; the identity when it has none.
 
     PyAV reads the matrix's rotation (``av_display_rotation_get``), not its mirroring: a matrix
     that also mirrors (written by no phone, only on request, e.g. ``ffmpeg -display_hflip``) is
-    read as its rotation. ``VideoFrame.side_data``, which holds the whole matrix, is not used: in
-    PyAV 18 reading it leaves DataLoader workers forked afterwards to crash.
+    read as its rotation, so MP4 and QuickTime files are read with :func:`orientation_of_matrix`
+    from their track header instead. ``VideoFrame.side_data``, which holds the whole matrix, is not
+    used: in PyAV 18 reading it leaves DataLoader workers forked afterwards to crash.
     """
     return orientation_of_rotation(int(frame.rotation))
+
+
+def shown_orientation(
+    path: str | os.PathLike[str],
+    container: InputContainer,
+    stream: VideoStream,
+    fd: int,
+    frame: VideoFrame,
+) -> DisplayOrientation:
+    """How ``stream``'s frames are shown: an MP4's or QuickTime's whole display matrix from its
+    track header (mirroring included; ``fd`` the open file), else the rotation ``frame``, one of
+    its decoded frames, carries; a :class:`DecodeError` for a turn no index operation shows."""
+    matrix = None
+    if _ISO_MEDIA.intersection(container.format.name.split(",")):
+        matrix = track_matrix(fd, track_id=stream.id)
+    orientation = orientation_of_matrix(*matrix) if matrix else frame_orientation(frame)
+    if orientation is None:
+        turn = f"the matrix {matrix}" if matrix else f"a turn of {frame.rotation} degrees"
+        raise DecodeError(
+            path,
+            f"its display matrix shows the frames by {turn}, not a right-angle turn or flip, "
+            "which no reader here shows; read the frames as stored with display_rotation=False",
+        )
+    return orientation
+
+
+# FFmpeg's names of the ISO base media formats, whose track header holds the display matrix.
+_ISO_MEDIA = frozenset({"mov", "mp4"})
