@@ -267,6 +267,55 @@ def test_envi_sub_folder_swapped_for_a_symlink_after_opening_is_refused_at_the_r
         cube.read()
 
 
+def envi_beside_link(data: Path) -> Path:
+    os.symlink(data.parent / "elsewhere" / "x.img", data / "scene.img")  # no data file line
+    return data / "scene.hdr"
+
+
+def envi_opened_from_the_link(data: Path) -> Path:
+    envi_beside_link(data)
+    return data / "scene.img"
+
+
+@pytest.mark.parametrize("opened", [envi_beside_link, envi_opened_from_the_link])
+def test_envi_data_file_found_beside_the_header_through_a_symlink_is_refused(
+    tmp_path: Path, opened: Callable[[Path], Path]
+) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    write_envi(tmp_path / "elsewhere" / "x.img", np.frombuffer(SECRET[:8], np.uint8).reshape(2, 2, 2))
+    (tmp_path / "data" / "scene.hdr").write_text((tmp_path / "elsewhere" / "x.hdr").read_text())
+    with pytest.raises(UnsafeFileError, match="outside the header's folder") as error:
+        open_envi(opened(tmp_path / "data"))
+    assert error.value.path == str(tmp_path / "data" / "scene.img")
+
+
+def test_envi_data_file_beside_swapped_for_a_symlink_is_refused_at_the_read(tmp_path: Path) -> None:
+    values = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    write_envi(tmp_path / "data" / "scene.img", values)
+    write_envi(tmp_path / "elsewhere" / "x.img", values + 100)
+    for opened in ("scene.hdr", "scene.img"):
+        cube = open_envi(tmp_path / "data" / opened)  # inside, and not mapped yet
+        os.rename(tmp_path / "data" / "scene.img", tmp_path / "data" / "old.img")
+        os.symlink(tmp_path / "elsewhere" / "x.img", tmp_path / "data" / "scene.img")
+        with pytest.raises(UnsafeFileError, match="outside"):
+            cube.read()
+        os.remove(tmp_path / "data" / "scene.img")
+        os.rename(tmp_path / "data" / "old.img", tmp_path / "data" / "scene.img")
+
+
+def test_envi_data_file_linked_inside_the_header_folder_is_read(tmp_path: Path) -> None:
+    values = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    (tmp_path / "data" / "real").mkdir(parents=True)
+    write_envi(tmp_path / "data" / "real" / "x.img", values)
+    os.symlink(tmp_path / "data" / "real" / "x.img", tmp_path / "data" / "x.img")
+    os.rename(tmp_path / "data" / "real" / "x.hdr", tmp_path / "data" / "x.hdr")
+    for opened in ("x.hdr", "x.img"):
+        np.testing.assert_array_equal(open_envi(tmp_path / "data" / opened).read(), values)
+
+
 # -- PCA files: arrays checked against their settings ----------------------------------------------
 
 
