@@ -189,6 +189,75 @@ def test_an_hdf5_mask_with_a_null_dataspace_is_a_decode_error(tmp_path: Path) ->
         HyperspectralDataset(str(path), masks="labels", patch_size=3)
 
 
+def bomb_cube(handle: Any) -> None:  # 16000² bands in one gzip chunk each: 256 MB per 1-pixel read
+    handle.create_dataset("cube", (16000, 16000, 4), "u1", chunks=(16000, 16000, 1), compression="gzip")
+
+
+def bomb_cube_bands_first(handle: Any) -> None:
+    handle.create_dataset("cube", (4, 16000, 16000), "u1", chunks=(1, 16000, 16000), compression="lzf")
+
+
+def bomb_mask(handle: Any) -> None:  # a 4×4 mask in a resizable dataset's 900 MB chunk
+    handle.create_dataset("cube", data=np.zeros((4, 4, 2), np.float32))
+    handle.create_dataset(
+        "labels", (4, 4), "u1", maxshape=(None, None), chunks=(30000, 30000), compression="gzip"
+    )
+
+
+CHUNK_BOMBS: dict[str, tuple[Callable[[Any], None], Callable[[str], object], str]] = {
+    "cube": (bomb_cube, Hdf5Cube, r"\(16000, 16000, 1\) uint8, 256,000,000 bytes.*CHUNK=1000x1000x1"),
+    "cube bands first": (
+        bomb_cube_bands_first,
+        lambda path: Hdf5Cube(path, layout="CHW"),
+        r"\(1, 16000, 16000\) uint8, 256,000,000 bytes.*CHUNK=1x1000x1000",
+    ),
+    "mask": (
+        bomb_mask,
+        lambda path: read_hdf5_array(path, "labels"),
+        r"'labels' .*\(30000, 30000\) uint8, 900,000,000 bytes.*labels:CHUNK=4x4 ",
+    ),
+    "mask of a dataset": (
+        bomb_mask,
+        lambda path: HyperspectralDataset(path, masks="labels", patch_size=3, on_error="skip"),
+        "900,000,000 bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHUNK_BOMBS))
+def test_hdf5_compressed_chunks_past_the_read_budget_are_refused_at_opening(
+    tmp_path: Path, case: str
+) -> None:
+    build, opened, message = CHUNK_BOMBS[case]
+    path = tmp_path / "bomb.h5"
+    with h5py.File(path, "w") as handle:
+        build(handle)
+    assert path.stat().st_size < 64 << 10
+    with pytest.raises(DecodeError, match=message) as error:
+        opened(str(path))
+    assert error.value.path == str(path) and "h5repack" in str(error.value)
+
+
+def test_hdf5_large_chunks_read_when_uncompressed_or_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "scene.h5"
+    with h5py.File(path, "w") as handle:
+        bomb_cube(handle)  # unwritten: read as its fill value, nothing inflated
+        handle.create_dataset("plain", (16000, 16000, 4), "u1", chunks=(16000, 16000, 1))  # read in part
+    assert Hdf5Cube(path, max_chunk_bytes=256_000_000).read(slice(0, 1), slice(1, 2)).tolist() == [[[0] * 4]]
+    assert Hdf5Cube(path, "plain").read(slice(0, 1), slice(1, 2)).tolist() == [[[0] * 4]]
+
+
+def test_hdf5_replaced_by_one_in_larger_chunks_is_refused_at_the_read(tmp_path: Path) -> None:
+    path = tmp_path / "scene.h5"
+    for name, chunks in (("scene.h5", (16, 16, 4)), ("swap.h5", (64, 64, 4))):
+        with h5py.File(tmp_path / name, "w") as handle:
+            handle.create_dataset("cube", data=np.ones((64, 64, 4), "u1"), chunks=chunks, compression="gzip")
+    cube = Hdf5Cube(path, max_chunk_bytes=8192)
+    os.replace(tmp_path / "swap.h5", path)
+    with pytest.raises(DecodeError, match="16,384 bytes each, more than max_chunk_bytes=8,192"):
+        cube.read(slice(0, 1), slice(0, 1))
+
+
 def npy_bytes(shape: str, descr: str = "<f8", data: bytes = b"\0" * 64) -> bytes:
     header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode()
     header += b" " * (-(len(header) + 11) % 64) + b"\n"  # padded to 64 bytes, as np.save pads it
