@@ -5,6 +5,7 @@ fault policy handles. Nothing returns the bytes of a file beside the data."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
@@ -24,7 +25,7 @@ from torchloom.faults import Skipped
 from torchloom.io.cube import ArrayCube
 from torchloom.io.envi import open_envi, write_envi
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
-from torchloom.io.volume import probe_volume, read_volume
+from torchloom.io.volume import probe_volume, read_volume, verify_volume
 from torchloom.transforms import pca as pca_module
 from torchloom.transforms.pca import PCA
 
@@ -302,6 +303,48 @@ def test_a_folder_of_volumes_reports_the_unaddressable_one_and_keeps_the_rest(tm
         volumes[0]
 
 
+# -- npz members compressed with a method zipfile cannot inflate -----------------------------------
+
+
+def recompressed(path: Path, method: int) -> Path:
+    """The npz at ``path`` as an archiver using zip ``method`` labels it (7-Zip and Windows write
+    Deflate64, 9, for large files; newer tools Zstandard, 93): zipfile refuses such members
+    before it inflates a byte, so only the method fields need to say it."""
+    data = bytearray(path.read_bytes())
+    for signature, field in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+        at = data.find(signature)
+        while at >= 0:
+            data[at + field : at + field + 2] = struct.pack("<H", method)
+            at = data.find(signature, at + 4)
+    path.write_bytes(bytes(data))
+    return path
+
+
+UNSUPPORTED_METHODS = {9: r"method 9 \(Deflate64", 93: r"method 93 \(Zstandard|does not inflate"}
+
+
+@pytest.mark.parametrize("method", sorted(UNSUPPORTED_METHODS))
+def test_npz_volume_in_an_unsupported_zip_method_is_a_decode_error(tmp_path: Path, method: int) -> None:
+    np.savez_compressed(tmp_path / "ct.npz", image=np.arange(24, dtype=np.int16).reshape(2, 3, 4))
+    path = recompressed(tmp_path / "ct.npz", method)
+    for read in (probe_volume, read_volume, verify_volume):
+        with pytest.raises(DecodeError, match=UNSUPPORTED_METHODS[method]) as error:
+            read(path)
+        assert error.value.path == str(path)
+        assert method == 93 or "np.savez_compressed" in str(error.value)
+
+
+def test_a_folder_of_volumes_reports_the_deflate64_one_and_keeps_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    np.save(tmp_path / "a" / "good.npy", np.zeros((2, 3, 4), np.int16))
+    np.savez_compressed(tmp_path / "a" / "bad.npz", np.ones((2, 3, 4), np.int16))
+    recompressed(tmp_path / "a" / "bad.npz", 9)
+    volumes = VolumeDataset(tmp_path, on_error="skip", progress=False)
+    assert len(volumes) == 1 and volumes[0]["path"] == str(tmp_path / "a" / "good.npy")
+    (bad, reason), = volumes.report.invalid
+    assert bad == str(tmp_path / "a" / "bad.npz") and "Deflate64" in reason
+
+
 # -- ENVI: the data file named by the header stays in its folder --------------------------------------
 
 
@@ -439,6 +482,38 @@ def test_an_untampered_pca_file_still_loads(tmp_path: Path) -> None:
     path, arrays = saved_pca(tmp_path)
     loaded = PCA.load(path)
     assert loaded.components.shape == (3, 10) and json.loads(str(arrays["settings"]))["k"] == 3
+
+
+def test_a_pca_file_in_deflate64_is_a_decode_error_naming_it(tmp_path: Path) -> None:
+    path = recompressed(saved_pca(tmp_path)[0], 9)
+    with pytest.raises(DecodeError, match=r"method 9 .*delete it and fit again") as error:
+        PCA.load(path)
+    assert error.value.path == str(path)
+
+
+@pytest.mark.parametrize("length", [2**31, 2**37])
+def test_a_pca_member_declaring_more_than_it_holds_is_refused_unallocated(
+    tmp_path: Path, length: int
+) -> None:
+    path, arrays = saved_pca(tmp_path)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:  # a 200-byte mean of 1 TiB
+        for name, values in arrays.items():
+            member = npy_bytes(f"({length},)", data=b"") if name == "mean" else npy_of(values)
+            archive.writestr(f"{name}.npy", member)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError, match=r"member 'mean.npy' holds 0 data bytes.*delete it") as error:
+            PCA.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error.value.path == str(path) and peak < 16 << 20
+
+
+def npy_of(values: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    return buffer.getvalue()
 
 
 def test_a_fifo_in_place_of_a_pca_file_is_refused_without_waiting(tmp_path: Path) -> None:
