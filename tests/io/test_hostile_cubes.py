@@ -5,6 +5,7 @@ fault policy handles. Nothing returns the bytes of a file beside the data."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
@@ -24,7 +25,7 @@ from torchloom.faults import Skipped
 from torchloom.io.cube import ArrayCube
 from torchloom.io.envi import open_envi, write_envi
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
-from torchloom.io.volume import probe_volume, read_volume
+from torchloom.io.volume import probe_volume, read_volume, verify_volume
 from torchloom.transforms import pca as pca_module
 from torchloom.transforms.pca import PCA
 
@@ -189,6 +190,75 @@ def test_an_hdf5_mask_with_a_null_dataspace_is_a_decode_error(tmp_path: Path) ->
         HyperspectralDataset(str(path), masks="labels", patch_size=3)
 
 
+def bomb_cube(handle: Any) -> None:  # 16000² bands in one gzip chunk each: 256 MB per 1-pixel read
+    handle.create_dataset("cube", (16000, 16000, 4), "u1", chunks=(16000, 16000, 1), compression="gzip")
+
+
+def bomb_cube_bands_first(handle: Any) -> None:
+    handle.create_dataset("cube", (4, 16000, 16000), "u1", chunks=(1, 16000, 16000), compression="lzf")
+
+
+def bomb_mask(handle: Any) -> None:  # a 4×4 mask in a resizable dataset's 900 MB chunk
+    handle.create_dataset("cube", data=np.zeros((4, 4, 2), np.float32))
+    handle.create_dataset(
+        "labels", (4, 4), "u1", maxshape=(None, None), chunks=(30000, 30000), compression="gzip"
+    )
+
+
+CHUNK_BOMBS: dict[str, tuple[Callable[[Any], None], Callable[[str], object], str]] = {
+    "cube": (bomb_cube, Hdf5Cube, r"\(16000, 16000, 1\) uint8, 256,000,000 bytes.*CHUNK=1000x1000x1"),
+    "cube bands first": (
+        bomb_cube_bands_first,
+        lambda path: Hdf5Cube(path, layout="CHW"),
+        r"\(1, 16000, 16000\) uint8, 256,000,000 bytes.*CHUNK=1x1000x1000",
+    ),
+    "mask": (
+        bomb_mask,
+        lambda path: read_hdf5_array(path, "labels"),
+        r"'labels' .*\(30000, 30000\) uint8, 900,000,000 bytes.*labels:CHUNK=4x4 ",
+    ),
+    "mask of a dataset": (
+        bomb_mask,
+        lambda path: HyperspectralDataset(path, masks="labels", patch_size=3, on_error="skip"),
+        "900,000,000 bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHUNK_BOMBS))
+def test_hdf5_compressed_chunks_past_the_read_budget_are_refused_at_opening(
+    tmp_path: Path, case: str
+) -> None:
+    build, opened, message = CHUNK_BOMBS[case]
+    path = tmp_path / "bomb.h5"
+    with h5py.File(path, "w") as handle:
+        build(handle)
+    assert path.stat().st_size < 64 << 10
+    with pytest.raises(DecodeError, match=message) as error:
+        opened(str(path))
+    assert error.value.path == str(path) and "h5repack" in str(error.value)
+
+
+def test_hdf5_large_chunks_read_when_uncompressed_or_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "scene.h5"
+    with h5py.File(path, "w") as handle:
+        bomb_cube(handle)  # unwritten: read as its fill value, nothing inflated
+        handle.create_dataset("plain", (16000, 16000, 4), "u1", chunks=(16000, 16000, 1))  # read in part
+    assert Hdf5Cube(path, max_chunk_bytes=256_000_000).read(slice(0, 1), slice(1, 2)).tolist() == [[[0] * 4]]
+    assert Hdf5Cube(path, "plain").read(slice(0, 1), slice(1, 2)).tolist() == [[[0] * 4]]
+
+
+def test_hdf5_replaced_by_one_in_larger_chunks_is_refused_at_the_read(tmp_path: Path) -> None:
+    path = tmp_path / "scene.h5"
+    for name, chunks in (("scene.h5", (16, 16, 4)), ("swap.h5", (64, 64, 4))):
+        with h5py.File(tmp_path / name, "w") as handle:
+            handle.create_dataset("cube", data=np.ones((64, 64, 4), "u1"), chunks=chunks, compression="gzip")
+    cube = Hdf5Cube(path, max_chunk_bytes=8192)
+    os.replace(tmp_path / "swap.h5", path)
+    with pytest.raises(DecodeError, match="16,384 bytes each, more than max_chunk_bytes=8,192"):
+        cube.read(slice(0, 1), slice(0, 1))
+
+
 def npy_bytes(shape: str, descr: str = "<f8", data: bytes = b"\0" * 64) -> bytes:
     header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode()
     header += b" " * (-(len(header) + 11) % 64) + b"\n"  # padded to 64 bytes, as np.save pads it
@@ -233,6 +303,48 @@ def test_a_folder_of_volumes_reports_the_unaddressable_one_and_keeps_the_rest(tm
         volumes[0]
 
 
+# -- npz members compressed with a method zipfile cannot inflate -----------------------------------
+
+
+def recompressed(path: Path, method: int) -> Path:
+    """The npz at ``path`` as an archiver using zip ``method`` labels it (7-Zip and Windows write
+    Deflate64, 9, for large files; newer tools Zstandard, 93): zipfile refuses such members
+    before it inflates a byte, so only the method fields need to say it."""
+    data = bytearray(path.read_bytes())
+    for signature, field in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+        at = data.find(signature)
+        while at >= 0:
+            data[at + field : at + field + 2] = struct.pack("<H", method)
+            at = data.find(signature, at + 4)
+    path.write_bytes(bytes(data))
+    return path
+
+
+UNSUPPORTED_METHODS = {9: r"method 9 \(Deflate64", 93: r"method 93 \(Zstandard|does not inflate"}
+
+
+@pytest.mark.parametrize("method", sorted(UNSUPPORTED_METHODS))
+def test_npz_volume_in_an_unsupported_zip_method_is_a_decode_error(tmp_path: Path, method: int) -> None:
+    np.savez_compressed(tmp_path / "ct.npz", image=np.arange(24, dtype=np.int16).reshape(2, 3, 4))
+    path = recompressed(tmp_path / "ct.npz", method)
+    for read in (probe_volume, read_volume, verify_volume):
+        with pytest.raises(DecodeError, match=UNSUPPORTED_METHODS[method]) as error:
+            read(path)
+        assert error.value.path == str(path)
+        assert method == 93 or "np.savez_compressed" in str(error.value)
+
+
+def test_a_folder_of_volumes_reports_the_deflate64_one_and_keeps_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    np.save(tmp_path / "a" / "good.npy", np.zeros((2, 3, 4), np.int16))
+    np.savez_compressed(tmp_path / "a" / "bad.npz", np.ones((2, 3, 4), np.int16))
+    recompressed(tmp_path / "a" / "bad.npz", 9)
+    volumes = VolumeDataset(tmp_path, on_error="skip", progress=False)
+    assert len(volumes) == 1 and volumes[0]["path"] == str(tmp_path / "a" / "good.npy")
+    (bad, reason), = volumes.report.invalid
+    assert bad == str(tmp_path / "a" / "bad.npz") and "Deflate64" in reason
+
+
 # -- ENVI: the data file named by the header stays in its folder --------------------------------------
 
 
@@ -265,6 +377,55 @@ def test_envi_sub_folder_swapped_for_a_symlink_after_opening_is_refused_at_the_r
     os.symlink(tmp_path / "elsewhere", tmp_path / "data" / "sub")
     with pytest.raises(UnsafeFileError, match="outside"):
         cube.read()
+
+
+def envi_beside_link(data: Path) -> Path:
+    os.symlink(data.parent / "elsewhere" / "x.img", data / "scene.img")  # no data file line
+    return data / "scene.hdr"
+
+
+def envi_opened_from_the_link(data: Path) -> Path:
+    envi_beside_link(data)
+    return data / "scene.img"
+
+
+@pytest.mark.parametrize("opened", [envi_beside_link, envi_opened_from_the_link])
+def test_envi_data_file_found_beside_the_header_through_a_symlink_is_refused(
+    tmp_path: Path, opened: Callable[[Path], Path]
+) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    write_envi(tmp_path / "elsewhere" / "x.img", np.frombuffer(SECRET[:8], np.uint8).reshape(2, 2, 2))
+    (tmp_path / "data" / "scene.hdr").write_text((tmp_path / "elsewhere" / "x.hdr").read_text())
+    with pytest.raises(UnsafeFileError, match="outside the header's folder") as error:
+        open_envi(opened(tmp_path / "data"))
+    assert error.value.path == str(tmp_path / "data" / "scene.img")
+
+
+def test_envi_data_file_beside_swapped_for_a_symlink_is_refused_at_the_read(tmp_path: Path) -> None:
+    values = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    write_envi(tmp_path / "data" / "scene.img", values)
+    write_envi(tmp_path / "elsewhere" / "x.img", values + 100)
+    for opened in ("scene.hdr", "scene.img"):
+        cube = open_envi(tmp_path / "data" / opened)  # inside, and not mapped yet
+        os.rename(tmp_path / "data" / "scene.img", tmp_path / "data" / "old.img")
+        os.symlink(tmp_path / "elsewhere" / "x.img", tmp_path / "data" / "scene.img")
+        with pytest.raises(UnsafeFileError, match="outside"):
+            cube.read()
+        os.remove(tmp_path / "data" / "scene.img")
+        os.rename(tmp_path / "data" / "old.img", tmp_path / "data" / "scene.img")
+
+
+def test_envi_data_file_linked_inside_the_header_folder_is_read(tmp_path: Path) -> None:
+    values = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    (tmp_path / "data" / "real").mkdir(parents=True)
+    write_envi(tmp_path / "data" / "real" / "x.img", values)
+    os.symlink(tmp_path / "data" / "real" / "x.img", tmp_path / "data" / "x.img")
+    os.rename(tmp_path / "data" / "real" / "x.hdr", tmp_path / "data" / "x.hdr")
+    for opened in ("x.hdr", "x.img"):
+        np.testing.assert_array_equal(open_envi(tmp_path / "data" / opened).read(), values)
 
 
 # -- PCA files: arrays checked against their settings ----------------------------------------------
@@ -321,6 +482,38 @@ def test_an_untampered_pca_file_still_loads(tmp_path: Path) -> None:
     path, arrays = saved_pca(tmp_path)
     loaded = PCA.load(path)
     assert loaded.components.shape == (3, 10) and json.loads(str(arrays["settings"]))["k"] == 3
+
+
+def test_a_pca_file_in_deflate64_is_a_decode_error_naming_it(tmp_path: Path) -> None:
+    path = recompressed(saved_pca(tmp_path)[0], 9)
+    with pytest.raises(DecodeError, match=r"method 9 .*delete it and fit again") as error:
+        PCA.load(path)
+    assert error.value.path == str(path)
+
+
+@pytest.mark.parametrize("length", [2**31, 2**37])
+def test_a_pca_member_declaring_more_than_it_holds_is_refused_unallocated(
+    tmp_path: Path, length: int
+) -> None:
+    path, arrays = saved_pca(tmp_path)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:  # a 200-byte mean of 1 TiB
+        for name, values in arrays.items():
+            member = npy_bytes(f"({length},)", data=b"") if name == "mean" else npy_of(values)
+            archive.writestr(f"{name}.npy", member)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError, match=r"member 'mean.npy' holds 0 data bytes.*delete it") as error:
+            PCA.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error.value.path == str(path) and peak < 16 << 20
+
+
+def npy_of(values: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    return buffer.getvalue()
 
 
 def test_a_fifo_in_place_of_a_pca_file_is_refused_without_waiting(tmp_path: Path) -> None:

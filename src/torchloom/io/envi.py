@@ -2,9 +2,10 @@
 
 Every interleave (``bsq``, ``bil``, ``bip``), both byte orders and the ENVI data types 1–6, 9 and
 12–15 are read; a window comes back as an HWC array in native byte order, whatever the layout on
-disk. The data file is the header's ``data file`` key when given (a path inside the header's
-folder once symlinks are resolved, checked again on every open), else the file beside the header
-with the same name and no extension or one of :data:`DATA_EXTENSIONS`. It must hold exactly
+disk. The data file is the header's ``data file`` key when given, else the file beside the header
+with the same name and no extension or one of :data:`DATA_EXTENSIONS` (or the path opened, when
+the cube is opened from its data file). However it is found, it must lie in the header's folder
+once symlinks are resolved, checked when the cube opens and again on every open. It must hold exactly
 ``header offset + lines × samples × bands × itemsize`` bytes: anything else is a
 :class:`DecodeError` naming it. FIFOs and devices are refused before they are opened for reading.
 The memmap is made on first read in each process and is not pickled, so a cube travels to
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError
+from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError, UnsafeFileError
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, parse_header
 from torchloom.io.files import file_info, lies_inside, open_file, read_bytes
@@ -64,7 +65,8 @@ class EnviCube:
     """An ENVI cube, validated at construction and read lazily a window at a time.
 
     Build it with :func:`open_envi`. ``shape`` is ``(lines, samples, bands)``; ``read`` returns
-    an HWC array in native byte order.
+    an HWC array in native byte order. ``inside`` is the real folder the data file must lie in on
+    every open: by default its header's, and a data file resolving outside it is refused.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -80,9 +82,9 @@ class EnviCube:
     ) -> None:
         self.header = header
         self._path = os.fspath(data_path)
-        #: The real folder the data file must lie in (its header's, when the header names it).
-        self.inside = inside
-        check_data_size(header, self._path, inside=inside)
+        #: The real folder the data file must lie in, on every open: by default its header's.
+        self.inside = inside if inside is not None else _header_folder(header, self._path)
+        check_data_size(header, self._path, inside=self.inside)
         self._memmap: np.memmap | None = None
 
     @property
@@ -179,8 +181,7 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
     if path.lower().endswith(".hdr"):
         header = read_header(path)
         if header.data_file is not None:
-            data_path, root = _named_data_file(header, header.data_file)
-            return EnviCube(header, data_path, inside=root)
+            return EnviCube(header, _named_data_file(header, header.data_file))
         return EnviCube(header, _data_file_beside(header))
     header_path = next((name for name in _header_candidates(path) if os.path.lexists(name)), None)
     if header_path is None:
@@ -241,25 +242,39 @@ def _map(header: EnviHeader, data_path: str, inside: str | None) -> np.memmap:
         )
 
 
-def _named_data_file(header: EnviHeader, name: str) -> tuple[str, str]:
-    """The path of the header's ``data file`` and the real folder it must lie in: the header's,
-    checked after resolving symlinks (a symlinked sub-folder leads anywhere)."""
-    folder = os.path.dirname(header.path)
+def _named_data_file(header: EnviHeader, name: str) -> str:
+    """The path of the header's ``data file``: a relative path without ``..``, joined to the
+    header's folder (where it leads once symlinks are resolved is :func:`_header_folder`'s check)."""
     if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
         raise HeaderError(
             header.path,
             f"data file = {name!r} must be a relative path inside the header's folder "
             "(no absolute path, no '..')",
         )
-    path, root = os.path.join(folder, name), os.path.realpath(folder or os.curdir)
-    real = os.path.realpath(path)
-    if not lies_inside(real, root):
+    return os.path.join(os.path.dirname(header.path), name)
+
+
+def _header_folder(header: EnviHeader, data_path: str) -> str:
+    """The header's real folder, refusing a data file that resolves outside it: a symlinked file or
+    sub-folder leads anywhere, whether the header names the file or it was found beside it."""
+    folder = os.path.dirname(header.path)
+    root = os.path.realpath(folder or os.curdir)
+    real = os.path.realpath(data_path)
+    if lies_inside(real, root):
+        return root
+    fix = "move the data file into that folder, or the header beside it"
+    named = header.data_file is not None and os.path.join(folder, header.data_file) == data_path
+    if named:
         raise HeaderError(
             header.path,
-            f"data file = {name!r} resolves to {real!r}, outside the header's folder {root!r} "
-            "(through a symlink): move the data file into that folder, or the header beside it",
+            f"data file = {header.data_file!r} resolves to {real!r}, outside the header's folder {root!r} "
+            f"(through a symlink): {fix}",
         )
-    return path, root
+    raise UnsafeFileError(
+        data_path,
+        f"the data file of ENVI header {header.path!r} resolves to {real!r}, outside the header's folder "
+        f"{root!r} (through a symlink): {fix}",
+    )
 
 
 def _data_file_beside(header: EnviHeader) -> str:

@@ -7,7 +7,11 @@ patch reads only the chunks it covers, never the whole cube. The handle is never
 cube travels to workers under fork, spawn and forkserver alike. A truncated, corrupt or non-HDF5
 file is a :class:`DecodeError` naming it, and so is a dataset reached through an external link or
 stored outside the file (:mod:`torchloom.io.hdf5_confined`), or one whose declared shape no
-machine could hold (checked before anything is read).
+machine could hold (checked before anything is read). So is a dataset in compressed chunks larger
+than :data:`MAX_CHUNK_BYTES`: HDF5 inflates a whole compressed chunk to read any value of it, so a
+few hundred kilobytes of gzip declaring one (16000, 16000) chunk would cost 256 MB on every patch
+read (HDF5 allows 4 GiB chunks), and a whole band of a large scene is a legitimate chunk of that size
+only where nothing reads patches. An uncompressed chunk of any size is read in part, so it passes.
 
 Example:
     >>> import h5py, numpy as np, os, tempfile
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import weakref
 from collections.abc import Callable
@@ -49,6 +54,11 @@ NUMERIC_KINDS = "biufc"
 NAMES_LISTED = 20
 #: A dataset read whole (a label mask) larger than this is refused before it is read.
 DEFAULT_MAX_ARRAY_BYTES = 8 << 30
+#: The most bytes one compressed chunk may inflate to: every read of a value in it inflates it whole
+#: (h5py's automatic chunks stay under 1 MiB; tools chunking for patch reads use a few MiB).
+MAX_CHUNK_BYTES = 64 << 20
+#: The chunk size a rechunking fix proposes (HDF5's chunk cache holds 1 MiB per dataset).
+_PROPOSED_CHUNK_BYTES = 1 << 20
 #: Called with a dataset's shape and dtype before its values are read; it raises to refuse them.
 ArrayCheck = Callable[[tuple[int, ...], np.dtype], None]
 
@@ -119,18 +129,62 @@ def hdf5_dataset(handle: Any, path: str, name: str) -> Any:
     return found
 
 
+def check_chunk_bytes(dataset: Any, path: str, name: str, max_chunk_bytes: int = MAX_CHUNK_BYTES) -> None:
+    """Refuse the h5py ``dataset`` when one of its compressed (filtered) chunks inflates past
+    ``max_chunk_bytes``: reading any value of a chunk inflates all of it. A :class:`DecodeError`
+    naming the file, the chunk shape, its bytes and a rechunking command.
+
+    Example:
+        >>> import h5py, numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "c.h5")
+        >>> with h5py.File(path, "w") as f:
+        ...     stored = f.create_dataset("cube", (64, 64, 4), "u1", chunks=(64, 64, 1), compression="gzip")
+        ...     check_chunk_bytes(stored, path, "cube", max_chunk_bytes=1024)
+        Traceback (most recent call last):
+        ...
+        torchloom.errors.DecodeError: cannot decode '...c.h5': dataset 'cube' is stored in compressed \
+chunks of (64, 64, 1) uint8, 4,096 bytes each, more than max_chunk_bytes=1,024: HDF5 inflates a whole \
+chunk to read any value of it; rechunk it (h5repack -l cube:CHUNK=32x32x1 IN.h5 OUT.h5) or raise \
+max_chunk_bytes
+    """
+    chunks = dataset.chunks
+    if chunks is None or dataset.id.get_create_plist().get_nfilters() == 0:
+        return  # contiguous, or chunks read in part
+    itemsize = np.dtype(dataset.dtype).itemsize
+    inflated = math.prod(int(size) for size in chunks) * itemsize
+    if inflated <= max_chunk_bytes:
+        return
+    extents = zip(chunks, dataset.shape, strict=True)
+    proposed = [min(int(size), max(int(extent), 1)) for size, extent in extents]  # none past the data
+    target = min(_PROPOSED_CHUNK_BYTES, max_chunk_bytes)
+    while math.prod(proposed) * itemsize > target and max(proposed) > 1:
+        largest = proposed.index(max(proposed))
+        proposed[largest] = -(-proposed[largest] // 2)
+    layout = "x".join(map(str, proposed))
+    raise DecodeError(
+        path,
+        f"dataset {name!r} is stored in compressed chunks of {tuple(chunks)} {np.dtype(dataset.dtype)}, "
+        f"{inflated:,} bytes each, more than max_chunk_bytes={max_chunk_bytes:,}: HDF5 inflates a whole "
+        f"chunk to read any value of it; rechunk it (h5repack -l {name}:CHUNK={layout} IN.h5 OUT.h5) "
+        "or raise max_chunk_bytes",
+    )
+
+
 def read_hdf5_array(
     path: str | os.PathLike[str],
     array: str,
     *,
     check: ArrayCheck | None = None,
     max_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
+    max_chunk_bytes: int = MAX_CHUNK_BYTES,
 ) -> np.ndarray:
     """Read the whole (small) dataset named ``array`` in the file, e.g. a label mask, into memory.
 
     Its declared shape is checked before a byte of it is read or allocated: one no machine could
-    hold, or larger than ``max_bytes``, is a :class:`DecodeError`; ``check(shape, dtype)``, when
-    given, may refuse it too (a mask must match its cube's size).
+    hold, or larger than ``max_bytes``, is a :class:`DecodeError`, and so is a compressed chunk
+    larger than ``max_chunk_bytes`` (a chunk may be larger than the dataset, and is inflated
+    whole); ``check(shape, dtype)``, when given, may refuse it too (a mask must match its cube's
+    size).
 
     Example:
         >>> import h5py, numpy as np, os, tempfile
@@ -151,6 +205,7 @@ def read_hdf5_array(
         if check is not None:
             check(shape, dtype)
         check_in_memory(path, declared, max_bytes, what=what)
+        check_chunk_bytes(dataset, path, array, max_chunk_bytes)
         try:
             return np.asarray(dataset[()])
         except OSError as exc:
@@ -166,6 +221,8 @@ class Hdf5Cube:
         path: the HDF5 file.
         array: the name of the cube's dataset in the file.
         layout: how the dataset's axes are stored: ``"HWC"`` (default) or ``"CHW"`` (bands first).
+        max_chunk_bytes: the most bytes one compressed chunk may inflate to (every read inflates
+            each chunk it touches whole); a dataset in larger ones is refused when the cube opens.
 
     Wavelengths are read from the dataset's ``wavelength`` (or ``wavelengths``) attribute, and
     their units from ``wavelength units``, when present.
@@ -181,7 +238,12 @@ class Hdf5Cube:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], array: str = "cube", *, layout: Layout = "HWC"
+        self,
+        path: str | os.PathLike[str],
+        array: str = "cube",
+        *,
+        layout: Layout = "HWC",
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
     ) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(
@@ -190,6 +252,7 @@ class Hdf5Cube:
         self._path = os.fspath(path)
         self.array = array
         self.layout = layout
+        self.max_chunk_bytes = max_chunk_bytes
         self._handle: tuple[int, Any, Any] | None = None  # (pid, file, dataset) of this process
         with open_hdf5(self._path) as handle:
             stored = hdf5_dataset(handle, self._path, array)
@@ -201,6 +264,7 @@ class Hdf5Cube:
                 )
             shape = tuple(int(size) for size in stored.shape)
             declared_bytes(self._path, shape, native(stored.dtype), what=f"dataset {array!r}")
+            check_chunk_bytes(stored, self._path, array, max_chunk_bytes)
             self._shape = (
                 (shape[1], shape[2], shape[0]) if layout == "CHW" else (shape[0], shape[1], shape[2])
             )
@@ -271,6 +335,7 @@ class Hdf5Cube:
             try:
                 stored = hdf5_dataset(handle, self._path, self.array)
                 self._check_unchanged(stored)
+                check_chunk_bytes(stored, self._path, self.array, self.max_chunk_bytes)
             except BaseException:
                 handle.close()
                 raise

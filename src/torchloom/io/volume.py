@@ -26,19 +26,25 @@ Example:
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
 from torchloom.errors import DecodeError
-from torchloom.io.array_size import declared_bytes
 from torchloom.io.files import open_file
+from torchloom.io.npy_header import (
+    NpyHeader,
+    check_holds,
+    open_member,
+    read_member,
+    read_member_header,
+    read_npy_header,
+)
 
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
@@ -49,15 +55,14 @@ VOLUME_KINDS = "biufc"
 # A zip local file header: signature, versions, flags, method, time, date, crc, sizes, name and
 # extra field lengths (the last two say where the member's data starts).
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
-_NPY_HEADER_LIMIT = 10_000
 _EMPTY = "file is empty (0 bytes)"
 # Bytes read at a time when a volume is read through to verify it.
 _READ_THROUGH_CHUNK = 16 << 20
 
 
 @dataclass(frozen=True)
-class VolumeHeader:
-    """A volume's shape and dtype, and where its bytes are.
+class VolumeHeader(NpyHeader):
+    """A volume's shape and dtype (its npy header), and where its bytes are.
 
     ``offset`` is the data's position in the file when it can be memory-mapped (a ``.npy`` or a
     stored npz member), else ``-1``; ``member`` is the npz member name (None for ``.npy``).
@@ -73,19 +78,12 @@ class VolumeHeader:
         ((4, 5, 6), dtype('float32'), 'ct.npy', True)
     """
 
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    fortran_order: bool
     offset: int
     member: str | None = None
 
     @property
     def memmappable(self) -> bool:
         return self.offset >= 0
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize  # Python ints: a huge header cannot wrap
 
 
 def probe_volume(
@@ -147,7 +145,8 @@ def read_volume(
                 f"max_bytes={max_bytes:,}; save it uncompressed (np.savez) to memory-map it, "
                 "or raise max_bytes",
             )
-        return _read_compressed(path, handle, header)
+        with zipfile.ZipFile(handle) as archive:
+            return read_member(path, archive, archive.getinfo(str(header.member)), kinds=VOLUME_KINDS)
 
 
 def verify_volume(
@@ -190,10 +189,9 @@ def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, array: str | Non
     handle.seek(0)
     size = os.fstat(handle.fileno()).st_size
     if magic.startswith(NPY_MAGIC):
-        shape, fortran, dtype = _npy_header(path, handle)
-        header = VolumeHeader(shape, dtype, fortran, handle.tell())
-        _check_size(path, header, size - header.offset, "the file")
-        return header
+        npy = read_npy_header(path, handle, kinds=VOLUME_KINDS)
+        check_holds(path, npy, size - handle.tell(), "the file")
+        return _volume_header(npy, handle.tell())
     if magic[:4] in ZIP_MAGICS:
         try:
             return _npz_header(path, handle, array, size)
@@ -202,34 +200,8 @@ def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, array: str | Non
     raise DecodeError(path, "not a .npy or .npz file (no NUMPY or zip signature)" if magic else _EMPTY)
 
 
-def _npy_header(path: str | os.PathLike[str], handle: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """Shape, Fortran order and dtype from an npy header, refusing what is not a numeric volume."""
-    try:
-        version = np.lib.format.read_magic(handle)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle, _NPY_HEADER_LIMIT)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle, _NPY_HEADER_LIMIT)
-        else:
-            raise DecodeError(path, f"npy format version {version} is not supported (1.0 and 2.0 are)")
-    except (ValueError, EOFError) as exc:
-        raise DecodeError(path, f"invalid npy header ({exc})") from exc
-    if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in VOLUME_KINDS:
-        raise DecodeError(path, f"dtype {dtype} is not a volume's: bool, int, uint, float or complex")
-    if not isinstance(shape, tuple) or any(not isinstance(n, int) or n < 0 for n in shape):
-        raise DecodeError(path, f"invalid npy header: shape {shape!r} is not a tuple of sizes >= 0")
-    return tuple(int(n) for n in shape), bool(fortran), dtype
-
-
-def _check_size(path: str | os.PathLike[str], header: VolumeHeader, available: int, where: str) -> None:
-    if available < header.nbytes:
-        raise DecodeError(
-            path,
-            f"{where} holds {max(available, 0):,} data bytes, but its header declares {header.shape} "
-            f"{header.dtype} ({header.nbytes:,} bytes): it is truncated",
-        )
-    # An empty shape passes the size check, but numpy still refuses huge axes beside the empty one.
-    declared_bytes(path, header.shape, header.dtype, what="its npy header")
+def _volume_header(npy: NpyHeader, offset: int, member: str | None = None) -> VolumeHeader:
+    return VolumeHeader(npy.shape, npy.dtype, npy.fortran_order, offset, member)
 
 
 def _npz_header(
@@ -237,25 +209,21 @@ def _npz_header(
 ) -> VolumeHeader:
     with zipfile.ZipFile(handle) as archive:
         info = _member(path, archive, array)
-        if info.flag_bits & 0x1:
-            raise DecodeError(path, f"member {info.filename!r} is encrypted")
-        if info.compress_type != zipfile.ZIP_STORED:
-            with archive.open(info) as member:
-                shape, fortran, dtype = _npy_header(path, member)
-                header = VolumeHeader(shape, dtype, fortran, -1, info.filename)
-                _check_size(path, header, info.file_size - member.tell(), f"member {info.filename!r}")
-                return header
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:  # open_member names both
+            with open_member(path, archive, info) as member:
+                npy = read_member_header(path, member, info, kinds=VOLUME_KINDS)
+                return _volume_header(npy, -1, info.filename)
     handle.seek(info.header_offset)
     local = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
     if local[0] != b"PK\x03\x04":
         raise DecodeError(path, f"member {info.filename!r} has no local zip header where the directory says")
     start = info.header_offset + _LOCAL_HEADER.size + local[9] + local[10]
     handle.seek(start)
-    shape, fortran, dtype = _npy_header(path, handle)
-    header = VolumeHeader(shape, dtype, fortran, handle.tell(), info.filename)
-    available = min(info.file_size, size - start) - (header.offset - start)
-    _check_size(path, header, available, f"member {info.filename!r}")
-    return header
+    where = f"member {info.filename!r}"
+    npy = read_npy_header(path, handle, kinds=VOLUME_KINDS, what=where)
+    offset = handle.tell()
+    check_holds(path, npy, min(info.file_size, size - start) - (offset - start), where)
+    return _volume_header(npy, offset, info.filename)
 
 
 def _member(path: str | os.PathLike[str], archive: zipfile.ZipFile, array: str | None) -> zipfile.ZipInfo:
@@ -270,18 +238,3 @@ def _member(path: str | os.PathLike[str], archive: zipfile.ZipFile, array: str |
         if name in names:
             return archive.getinfo(name)
     raise DecodeError(path, f"the npz holds no array {array!r}; it holds {names[:10]}")
-
-
-def _read_compressed(path: str | os.PathLike[str], handle: BinaryIO, header: VolumeHeader) -> np.ndarray:
-    try:
-        with zipfile.ZipFile(handle) as archive, archive.open(str(header.member)) as member:
-            _npy_header(path, member)
-            data = member.read(header.nbytes)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-        why = f"{type(exc).__name__}: {exc}"
-        raise DecodeError(path, f"member {header.member!r} does not inflate ({why})") from exc
-    if len(data) < header.nbytes:
-        why = f"ends after {len(data):,} of {header.nbytes:,} bytes"
-        raise DecodeError(path, f"member {header.member!r} {why}: it is truncated")
-    array = np.frombuffer(data, dtype=header.dtype)
-    return array.reshape(header.shape, order="F") if header.fortran_order else array.reshape(header.shape)

@@ -38,12 +38,13 @@ from torchloom.errors import ConfigError, DecodeError, TransformError
 from torchloom.io.array_size import check_in_memory
 from torchloom.io.cube import CubeSource
 from torchloom.io.files import open_file
+from torchloom.io.npy_header import read_member
 
 #: Version of the saved file's layout; a file of another version is refused.
 PCA_FORMAT = 1
 DEFAULT_PIXELS = 10_000
-#: The arrays a saved PCA holds.
-_SAVED = ("format", "mean", "components", "variance", "settings")
+#: The arrays a saved PCA holds, and the dtype kinds each may have (the settings are JSON text).
+_SAVED = {"format": "iu", "mean": "fiu", "components": "fiu", "variance": "fiu", "settings": "U"}
 #: A saved PCA larger than this (its arrays, inflated) is refused unread: 2,000 bands take 32 MB.
 MAX_PCA_BYTES = 1 << 30
 #: How far from the identity a saved PCA's components times their transpose may be (fitted: 1e-12).
@@ -191,19 +192,7 @@ class PCA:
 finite real numbers (NaN, inf, text); the file was altered or damaged: delete it and fit again
         """
         path = os.fspath(path)
-        with open_file(path) as handle:
-            try:
-                with zipfile.ZipFile(handle) as archive:  # sizes first: a member may inflate to any size
-                    declared = sum(int(info.file_size) for info in archive.infolist())
-                check_in_memory(path, declared, MAX_PCA_BYTES, what="the PCA file", fix=_REFIT)
-                handle.seek(0)
-                saved = np.load(handle, allow_pickle=False)
-                arrays = {name: saved[name] for name in _SAVED}
-            except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-                raise DecodeError(
-                    path, f"not a PCA saved by torchloom ({type(exc).__name__}: {exc})"
-                ) from exc
-        pca = cls(*checked_arrays(path, arrays))
+        pca = cls(*checked_arrays(path, read_saved(path)))
         if source is not None or k is not None:
             if source is None or k is None:
                 raise ConfigError("PCA.load checks settings only when given both source= and k=")
@@ -226,6 +215,28 @@ finite real numbers (NaN, inf, text); the file was altered or damaged: delete it
 
     def __repr__(self) -> str:
         return f"PCA(k={len(self.components)}, bands={len(self.mean)}, fingerprint={self.fingerprint[:12]})"
+
+
+def read_saved(path: str) -> dict[str, np.ndarray]:
+    """The arrays of a saved PCA, unchecked against each other, but none allocated past what the
+    file holds: the members' sizes together at most :data:`MAX_PCA_BYTES`, then each member's npy
+    header held to its kind and to the bytes the member inflates to (a 200-byte member may declare
+    a terabyte). A file that is not such an npz is a :class:`DecodeError` naming it."""
+    with open_file(path) as handle:
+        try:
+            with zipfile.ZipFile(handle) as archive:
+                declared = sum(int(info.file_size) for info in archive.infolist())
+                check_in_memory(path, declared, MAX_PCA_BYTES, what="the PCA file", fix=_REFIT)
+                return {
+                    name: read_member(path, archive, archive.getinfo(f"{name}.npy"), kinds=kinds)
+                    for name, kinds in _SAVED.items()
+                }
+        except DecodeError as exc:
+            if exc.reason.endswith(_REFIT):
+                raise
+            raise DecodeError(path, f"{exc.reason}; {_REFIT}") from exc
+        except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise DecodeError(path, f"not a PCA saved by torchloom ({type(exc).__name__}: {exc})") from exc
 
 
 def checked_arrays(
