@@ -82,7 +82,7 @@ class EnviCube:
     ) -> None:
         self.header = header
         self._path = os.fspath(data_path)
-        #: The real folder the data file must lie in, on every open: by default its header's.
+        #: The real folder the data file must lie in on every open (by default its header's).
         self.inside = inside if inside is not None else _header_folder(header, self._path)
         check_data_size(header, self._path, inside=self.inside)
         self._memmap: np.memmap | None = None
