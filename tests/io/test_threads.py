@@ -83,3 +83,18 @@ def test_the_loader_starts_one_batch_thread_per_usable_core(monkeypatch: pytest.
     assert Loader(table, batch_size=2).num_threads == 3
     cores(monkeypatch, 64)
     assert Loader(table, batch_size=2).num_threads == 8
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True])
+def test_file_work_refuses_a_thread_count_that_is_not_one_or_more(count: Any, tmp_path: Path) -> None:
+    """0 used to mean the default silently (``num_threads or default``), in the library's file work
+    as in the Loader, which refuses it too."""
+    from torchloom.errors import ConfigError
+    from torchloom.tools.doctor.examine import examine_files
+
+    write_class_folders(tmp_path, [2], size=(8, 8), progress=False)
+    paths = [str(path) for path in sorted(tmp_path.rglob("*.jpg"))]
+    with pytest.raises(ConfigError, match="num_threads must be an integer >= 1"):
+        examine_files(paths, num_threads=count)
+    with pytest.raises(ConfigError, match="num_threads must be an integer >= 1"):
+        threads.file_threads(count)

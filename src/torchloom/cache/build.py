@@ -64,7 +64,7 @@ def build_cache(
     ``cache_path`` once complete: progress bars name ``cache_path``); return the cache's metadata."""
     paths = source.index.paths
     count = len(paths)
-    num_threads = num_threads or file_threads()
+    num_threads = file_threads(num_threads)
     name = source.fault_name
     failures: dict[int, Skipped] = {}
     shapes = np.zeros((count, CHANNELS), np.int32)

@@ -66,7 +66,7 @@ class InputStats:
                     continue
                 sizes[i], mtimes[i] = result.st_size, result.st_mtime_ns
 
-        with ThreadPoolExecutor(max_workers=num_threads or file_threads()) as pool:
+        with ThreadPoolExecutor(max_workers=file_threads(num_threads)) as pool:
             list(pool.map(stat_range, range(0, count, STAT_CHUNK)))
         return cls(absolute, sizes, mtimes)
 

@@ -271,7 +271,7 @@ def validate_files(
     reasons = np.full(count, None, dtype=object)
     if count == 0:
         return reasons
-    num_threads = num_threads or file_threads()
+    num_threads = file_threads(num_threads)
     starts = range(0, count, VALIDATION_CHUNK)
 
     def run_chunk(start: int) -> tuple[int, list[str | None]]:

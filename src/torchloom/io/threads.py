@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import os
 
+from torchloom.errors import ConfigError
+
 #: The most threads file work starts by default.
 MAX_FILE_THREADS = 32
 #: The most threads the thread Loader starts by default.
@@ -39,10 +41,26 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def file_threads() -> int:
-    """Threads for file work when ``num_threads`` is not given: one per usable core, at most
-    :data:`MAX_FILE_THREADS`."""
-    return min(usable_cores(), MAX_FILE_THREADS)
+def file_threads(num_threads: int | None = None) -> int:
+    """Threads for file work: ``num_threads`` when given (an int of at least 1: 0 would mean none,
+    not the default, so it is refused), else one per usable core, at most :data:`MAX_FILE_THREADS`.
+
+    Example:
+        >>> file_threads(3)
+        3
+        >>> try:
+        ...     file_threads(0)
+        ... except ConfigError as error:
+        ...     print(error)
+        num_threads must be an integer >= 1 or None (one thread per usable core), got 0
+    """
+    if num_threads is None:
+        return min(usable_cores(), MAX_FILE_THREADS)
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ConfigError(
+            f"num_threads must be an integer >= 1 or None (one thread per usable core), got {num_threads!r}"
+        )
+    return num_threads
 
 
 def batch_threads() -> int:

@@ -257,7 +257,7 @@ def examine_files(
     """
     facts = Examination.empty(paths, inside)
     count = len(paths)
-    num_threads = num_threads or file_threads()
+    num_threads = file_threads(num_threads)
 
     def run_chunk(start: int) -> int:
         stop = min(start + CHUNK, count)

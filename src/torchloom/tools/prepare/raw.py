@@ -75,6 +75,6 @@ def check_files(
         except OSError as exc:
             return FileCheck("", failure_reason(exc, path))
 
-    with ThreadPoolExecutor(max_workers=num_threads or file_threads()) as pool:
+    with ThreadPoolExecutor(max_workers=file_threads(num_threads)) as pool:
         results = pool.map(check, paths)
         return list(progress(results, total=len(paths)) if progress is not None else results)
