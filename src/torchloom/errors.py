@@ -51,6 +51,7 @@ __all__ = [
     "MissingFileError",
     "MissingPlotError",
     "NotACacheError",
+    "ObjectChangedError",
     "PathOutsideRootError",
     "SampleError",
     "SampleIndexError",
@@ -252,12 +253,25 @@ def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
 
 
 class UnsupportedURLError(ConfigError):
-    """A URL (``s3://``, ``gs://``, any ``scheme://``) was given where torchloom reads local files
-    only: object stores are not supported yet.
+    """A URL (``gs://``, ``az://``, any ``scheme://``) whose store fsspec cannot reach: its
+    filesystem package is not installed (names the one to install), or the scheme is unknown.
 
-    Raised by the file layer and a manifest's :class:`~torchloom.Image` field for a ``scheme://`` path
-    (:class:`~torchloom.StreamDataset` reads URLs).
+    Raised by the file layer's :class:`~torchloom.io.ObjectStore` when it first reaches the store.
     """
+
+
+class ObjectChangedError(DataError, _FileRefusal):
+    """An object in a store changed (another size or ETag) since the dataset indexed it: its new
+    bytes are never mixed in with samples read before. Rebuild the dataset (or its manifest) to
+    take the new version.
+
+    Raised by the file layer's :class:`~torchloom.io.ObjectRoot` at a read.
+    """
+
+    VERB = "object changed since it was indexed:"
+
+    def __reduce__(self) -> tuple[type[ObjectChangedError], tuple[str, str | None]]:
+        return (ObjectChangedError, (self.path, self.why))
 
 
 def install_hint(package: str, extra: str) -> str:

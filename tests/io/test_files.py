@@ -23,13 +23,12 @@ from torchloom.errors import (
     UnsafeFileError,
     UnsupportedURLError,
 )
-from torchloom.io import files
+from torchloom.io import local_files
 from torchloom.io.file_errors import REASON_MISSING, failure_reason, file_error
 from torchloom.io.files import (
     LOCAL_FILES,
     FileBackend,
     FileInfo,
-    _read_all,
     backend_for,
     file_info,
     lies_inside,
@@ -40,6 +39,7 @@ from torchloom.io.files import (
     reopenable_name,
 )
 from torchloom.io.image import decode_image, read_image
+from torchloom.io.local_files import _read_all
 from torchloom.io.table import read_table
 from torchloom.io.volume import read_volume
 
@@ -199,7 +199,7 @@ def test_a_symlink_out_of_the_root_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, proc: bool
 ) -> None:
     root, _, secret = _rooted(tmp_path)
-    monkeypatch.setattr(files, "_HAS_FD_NAMES", proc)
+    monkeypatch.setattr(local_files, "_HAS_FD_NAMES", proc)
     (Path(root) / "escape.bin").symlink_to(secret)
     (Path(root) / "folder_escape").symlink_to(tmp_path)
     for path in (Path(root) / "escape.bin", Path(root) / "folder_escape" / "secret.bin", secret):
@@ -213,7 +213,7 @@ def test_a_symlink_swapped_between_validation_and_open_is_refused(
 ) -> None:
     """The race: a reader that resolves the path, then opens it, reads the file swapped in between."""
     root, inside, secret = _rooted(tmp_path)
-    monkeypatch.setattr(files, "_HAS_FD_NAMES", proc)
+    monkeypatch.setattr(local_files, "_HAS_FD_NAMES", proc)
     link = Path(root) / "link.bin"
     link.symlink_to(inside)
     swap_before_open(monkeypatch, link, point_link(link, secret))
@@ -237,7 +237,7 @@ def test_without_proc_a_file_swapped_back_after_the_open_is_refused(
     """The fallback resolves the path after the open: an outside file opened, then the link pointed
     back inside, resolves inside but names another file than the one opened."""
     root, inside, secret = _rooted(tmp_path)
-    monkeypatch.setattr(files, "_HAS_FD_NAMES", False)
+    monkeypatch.setattr(local_files, "_HAS_FD_NAMES", False)
     link = Path(root) / "link.bin"
     link.symlink_to(secret)
     real_open = os.open
@@ -269,16 +269,26 @@ def test_reopenable_name_opens_the_file_held_even_after_the_path_changed(tmp_pat
 # --- URLs and other backends -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["s3://bucket/cat/1.jpg", "gs://b/x.npy", "https://host/a.csv", "file:///x"])
-def test_a_url_is_refused_with_a_typed_error(url: str) -> None:
+@pytest.mark.parametrize("url", ["nosuchstore://bucket/cat/1.jpg", "file:///x"])
+def test_a_url_no_store_serves_is_refused_with_a_typed_error(url: str) -> None:
     for read in (*READS.values(), file_info, read_image, read_volume, lambda url: read_table(url + ".csv")):
-        with pytest.raises(UnsupportedURLError, match="URL, and object-store URLs are not supported yet"):
+        with pytest.raises(UnsupportedURLError, match="cannot reach nosuchstore:// URLs|is a file:// URL"):
             read(url)
     assert isinstance(UnsupportedURLError("x"), ConfigError)
 
 
+def test_an_s3_url_without_credentials_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(UnreadableFileError, match="access denied \\(no credentials\\).*storage_options"):
+        read_bytes("s3://bucket/cat/1.jpg")
+
+
 def test_a_colon_slash_slash_inside_a_local_path_is_no_url(tmp_path: Path) -> None:
-    assert backend_for(f"{tmp_path}/odd://name.jpg") is LOCAL_FILES
+    assert backend_for(f"{tmp_path}/odd://name.jpg")[0] is LOCAL_FILES
     with pytest.raises(MissingFileError):
         read_bytes(f"{tmp_path}/odd://name.jpg")
 
@@ -332,7 +342,7 @@ def test_a_backend_given_explicitly_serves_the_same_calls(tmp_path: Path) -> Non
         read_bytes(url, backend=memory, inside="mem://other")
     with pytest.raises(MissingFileError):
         read_range("mem://bucket/none", 0, 1, backend=memory)
-    assert backend_for(url, memory) is memory and backend_for(str(tmp_path)) is LOCAL_FILES
+    assert backend_for(url, memory)[0] is memory and backend_for(str(tmp_path))[0] is LOCAL_FILES
 
 
 # --- files that are there but cannot be read ---------------------------------------------------------
