@@ -20,7 +20,6 @@ from torchloom.errors import (
     FieldNotFoundError,
     ManifestError,
     PathOutsideRootError,
-    UnsupportedURLError,
     ValidationFailedError,
 )
 
@@ -270,13 +269,12 @@ def test_an_absolute_path_inside_the_root_is_accepted(manifest_root: Path) -> No
         ManifestDataset(_write(manifest_root, "m.csv", rows), fields=[Image("file")], progress=False)
 
 
-def test_a_url_is_refused_as_a_url_naming_the_row(manifest_root: Path) -> None:
+def test_a_url_row_under_a_local_root_is_refused_naming_the_row(manifest_root: Path) -> None:
     table = pa.table({"file": ["img/b.jpg", "s3://bucket/cat/1.jpg"]})
-    for settings in ({}, {"allow_outside_root": True}):
-        with pytest.raises(
-            UnsupportedURLError, match=r"manifest row 1: 's3://bucket/cat/1\.jpg' is a s3:// URL"
-        ):
-            ManifestDataset(table, root=manifest_root, fields=[Image("file")], progress=False, **settings)
+    with pytest.raises(
+        PathOutsideRootError, match=r"manifest row 1: path 's3://bucket/cat/1\.jpg' is a URL, and the root is"
+    ):
+        ManifestDataset(table, root=manifest_root, fields=[Image("file")], progress=False)
 
 
 def test_a_missing_file_whose_path_looks_mistyped_says_what_looks_wrong(manifest_root: Path) -> None:

@@ -22,6 +22,7 @@ from torchloom.datasets.index import SampleIndex
 from torchloom.datasets.options import SampleSettings
 from torchloom.errors import SampleError, SampleIndexError, UsageError
 from torchloom.faults import FaultPolicy, Skipped
+from torchloom.io.files import Inside
 from torchloom.io.image import DEFAULT_MAX_PIXELS, decode_image, probe_image, read_image_bytes
 from torchloom.seeding import SampleKey, rng_for_key, sample_rngs
 from torchloom.timing import StageClock
@@ -66,7 +67,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBa
         self.max_pixels = max_pixels
         self.exif_orientation = exif_orientation
         #: A real folder every file read must resolve into (checked at read time), or None.
-        self.read_root: str | None = None
+        self.read_root: Inside = None
         #: Where read/decode/transform times go while a LoaderProfiler is attached (else None).
         self.stage_clock: StageClock | None = None
         self._preloaded: np.ndarray | None = None

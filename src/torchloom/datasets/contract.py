@@ -37,6 +37,7 @@ import numpy as np
 from torchloom._buffers.slots import BatchSlots
 from torchloom.datasets.index import SampleIndex
 from torchloom.faults import FaultPolicy, Skipped
+from torchloom.io.files import Inside
 from torchloom.timing import StageClock
 from torchloom.transforms.base import Transform
 
@@ -108,7 +109,7 @@ class CacheableDataset(Protocol):
     image_field: str | None
     #: The folder the dataset's paths are relative to (messages name paths relative to it), or None.
     root: str | None
-    read_root: str | None
+    read_root: Inside
     max_pixels: int
     exif_orientation: bool
     transform: Transform | None

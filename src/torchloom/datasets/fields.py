@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from torchloom.datasets.index import StringColumn
-from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError, UnsupportedURLError
-from torchloom.io.files import backend_for, is_url, lies_inside
+from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
+from torchloom.io.files import is_url, lies_inside
+from torchloom.io.object_urls import join_url, outside_reason
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
@@ -130,13 +131,13 @@ class Image:
 
     def _resolve(self, row: int, value: str, context: FieldContext, real_folders: dict[str, str]) -> str:
         """The path of ``value`` (relative to the root, or absolute inside it), refused when it
-        leads outside the root; a URL is left as it is, for the file layer to serve or refuse."""
+        leads outside the root; keys below a root URL are joined to it."""
+        if is_url(context.root):
+            return _resolve_key(row, value, context)
         if is_url(value):
-            try:
-                backend_for(value)  # an UnsupportedURLError until an object-store backend plugs in
-            except UnsupportedURLError as exc:
-                raise UnsupportedURLError(f"manifest row {row}: {exc}") from None
-            return value
+            if context.allow_outside_root:
+                return value
+            raise PathOutsideRootError(row, value, context.root, "is a URL, and the root is a local folder")
         joined = os.path.join(context.root, value)  # an absolute value stays as it is
         if context.allow_outside_root:
             return joined
@@ -153,6 +154,17 @@ class Image:
         elif not plainly_inside:
             raise PathOutsideRootError(row, value, context.root, "is absolute")
         return joined
+
+
+def _resolve_key(row: int, value: str, context: FieldContext) -> str:
+    """The URL of ``value`` (a key relative to the root URL, or a URL inside it), refused when it
+    leads outside the root (:mod:`torchloom.io.object_urls` says how a key can)."""
+    if context.allow_outside_root:
+        return value if is_url(value) else join_url(context.root, value)
+    why = outside_reason(value, context.root)
+    if why is not None:
+        raise PathOutsideRootError(row, value, context.root, why)
+    return value if is_url(value) else join_url(context.root, value)
 
 
 def _real_path(path: str, real_folders: dict[str, str]) -> str:

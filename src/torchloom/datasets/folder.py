@@ -98,7 +98,7 @@ class FolderDataset(IndexedDataset):
             )
         self.report = DatasetReport()
         found.add_to(self.report)
-        read_root = indexing.read_root(self.root)
+        read_root = indexing.read_root(self.root, sample.store)
         reasons = validate_files(
             found.paths,
             lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),

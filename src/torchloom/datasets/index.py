@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from torchloom.errors import ConfigError, SampleIndexError, ValidationFailedError
 from torchloom.io.file_errors import failure_reason
-from torchloom.io.files import read_range
+from torchloom.io.files import Inside, read_range
 from torchloom.io.image import DEFAULT_MAX_PIXELS, probe_file, read_image
 from torchloom.io.threads import file_threads
 
@@ -230,7 +230,7 @@ def _examples(paths: list[str], count: int, root: str | None, most: int) -> str:
 
 
 def check_image_file(
-    path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PIXELS, *, inside: str | None = None
+    path: str, mode: Validate, max_pixels: int = DEFAULT_MAX_PIXELS, *, inside: Inside = None
 ) -> str | None:
     """Return why ``path`` is not a usable image under ``mode``, or ``None`` when it is, worded
     as every report words it (:func:`torchloom.io.file_errors.failure_reason`). ``inside``: the

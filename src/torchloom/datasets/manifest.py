@@ -26,7 +26,10 @@ from torchloom.datasets.index import (
 from torchloom.datasets.options import IndexingOptions, indexing_settings
 from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError
 from torchloom.io.file_errors import REASON_MISSING
+from torchloom.io.files import is_url
 from torchloom.io.image import DEFAULT_MAX_PIXELS
+from torchloom.io.object_urls import root_url
+from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.io.table import read_table
 
 DEFAULT_FIELDS: tuple[Field, ...] = (Image("image"), Label("label"))
@@ -91,7 +94,7 @@ class ManifestDataset(IndexedDataset):
         sample, indexing = indexing_settings(options, what=type(self))
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
-        table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields))
+        table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields), sample.store)
         self.root = root_path
         names = [f.name or getattr(f, "column", "") for f in fields]
         duplicated = sorted({n for n in names if names.count(n) > 1})
@@ -115,7 +118,7 @@ class ManifestDataset(IndexedDataset):
             for row, reason in column.invalid.items():
                 reasons[row] = reasons[row] or reason
         paths = self._image_paths(compiled, table.num_rows)
-        read_root = indexing.read_root(self.root)
+        read_root = indexing.read_root(self.root, sample.store)
         if self.image_field is not None:
             pending = np.flatnonzero(reasons == None)  # noqa: E711
             checks = validate_files(
@@ -216,11 +219,25 @@ def _load_manifest(
     manifest: str | os.PathLike[str] | pa.Table,
     root: str | os.PathLike[str] | None,
     string_columns: list[str],
+    store: ObjectStore,
 ) -> tuple[pa.Table, str, str]:
+    """The manifest's table, its name, and the root its rows are relative to (by default its
+    folder, or the prefix of a manifest URL: ``s3://bucket/train/manifest.csv`` -> ``s3://bucket/train``)."""
     if isinstance(manifest, pa.Table):
         if root is None:
             raise ManifestError("a manifest given as a table needs root= for its relative paths")
-        return manifest, "<table>", os.fspath(root)
+        return manifest, "<table>", _root_text(os.fspath(root))
     source = os.fspath(manifest)
+    given = None if root is None else _root_text(os.fspath(root))
+    if is_url(source):
+        folder = source.rsplit("/", 1)[0]
+        where = ObjectRoot(folder, store, confined=False)
+        table = read_table(source, string_columns=string_columns, inside=where)
+        return table, source, given or root_url(folder)
     table = read_table(source, string_columns=string_columns)
-    return table, source, os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(source))
+    return table, source, given or os.path.dirname(os.path.abspath(source))
+
+
+def _root_text(root: str) -> str:
+    """A root as rows are joined to it: a root URL normalised, a local folder as given."""
+    return root_url(root) if is_url(root) else root

@@ -48,7 +48,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import numpy as np
@@ -57,6 +57,8 @@ from typing_extensions import ParamSpec
 from torchloom.datasets.index import VALIDATE_CHOICES, Validate
 from torchloom.errors import ConfigError, UsageError, check_choice
 from torchloom.faults import FaultPolicy
+from torchloom.io.files import Inside, is_url
+from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.transforms.base import Transform, check_transform
 
 
@@ -77,6 +79,11 @@ class SampleOptions(TypedDict, total=False):
             int >= 0 (default 0).
         debug: log the first samples and check that every sample has the same keys, dtypes and
             dimensions (default ``False``).
+        storage_options: how to reach a root or files given as URLs (``s3://bucket/train``): the
+            options of the fsspec filesystem (``key``, ``secret``, ``anon``,
+            ``client_kwargs={"endpoint_url": ...}``), as pandas and Hugging Face datasets take
+            them, or an :class:`~torchloom.io.ObjectStore` (to set ``max_in_flight`` or the
+            retries too). Default ``None``: credentials from the environment.
 
     Example:
         >>> import tempfile
@@ -95,6 +102,7 @@ class SampleOptions(TypedDict, total=False):
     on_error: str | FaultPolicy
     seed: int
     debug: bool
+    storage_options: Mapping[str, Any] | ObjectStore | None
 
 
 class IndexingOptions(SampleOptions, total=False):
@@ -145,6 +153,8 @@ class SampleSettings:
     policy: FaultPolicy
     seed: int
     debug: bool
+    #: The store URLs are read from (made from ``storage_options``).
+    store: ObjectStore = field(default_factory=ObjectStore)
 
 
 @dataclass(frozen=True)
@@ -157,10 +167,14 @@ class IndexingSettings:
     num_threads: int | None = None
     progress: bool = True
 
-    def read_root(self, root: str | os.PathLike[str]) -> str | None:
-        """The real folder every read of the dataset must stay in: ``root`` with its symlinks
-        resolved, or ``None`` with ``allow_outside_root``."""
-        return None if self.allow_outside_root else os.path.realpath(root)
+    def read_root(self, root: str | os.PathLike[str], store: ObjectStore | None = None) -> Inside:
+        """What every read of the dataset must stay in: ``root`` with its symlinks resolved, or
+        ``None`` with ``allow_outside_root``; for a root URL, an :class:`~torchloom.io.ObjectRoot`
+        of ``store`` (which also serves the reads)."""
+        text = os.fspath(root)
+        if is_url(text):
+            return ObjectRoot(text, store or ObjectStore(), confined=not self.allow_outside_root)
+        return None if self.allow_outside_root else os.path.realpath(text)
 
 
 _SAMPLE_NAMES = tuple(SampleOptions.__annotations__)
@@ -273,7 +287,21 @@ def _sample(options: Mapping[str, Any]) -> SampleSettings:
         policy=FaultPolicy.parse(options.get("on_error", "raise")),
         seed=int(seed),
         debug=_flag(options, "debug", False),
+        store=object_store(options.get("storage_options")),
     )
+
+
+def object_store(storage_options: Mapping[str, Any] | ObjectStore | None) -> ObjectStore:
+    """The :class:`~torchloom.io.ObjectStore` of a ``storage_options=`` keyword: the store given,
+    or one made from the fsspec options (a ``ConfigError`` for anything else).
+
+    Example:
+        >>> object_store({"anon": True}).storage_options
+        {'anon': True}
+    """
+    if isinstance(storage_options, ObjectStore):
+        return storage_options
+    return ObjectStore(storage_options)
 
 
 def _flag(options: Mapping[str, Any], name: str, default: bool) -> bool:

@@ -36,6 +36,8 @@ from torchloom.datasets.manifest import _load_manifest
 from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
 from torchloom.errors import ConfigError, DataError, EmptyDatasetError, MissingFileError, UsageError
 from torchloom.io.file_errors import failure_reason
+from torchloom.io.files import Inside
+from torchloom.io.objects import ObjectStore
 from torchloom.io.table import MANIFEST_SUFFIXES
 
 Header = TypeVar("Header")
@@ -82,7 +84,7 @@ class FoundFiles:
     #: How the source is named in messages.
     name: str
     #: A real folder every read must resolve into (a folder source, a manifest's root), or None.
-    read_root: str | None = None
+    read_root: Inside = None
 
 
 def find_files(
@@ -139,7 +141,8 @@ def _is_manifest(source: str | os.PathLike[str]) -> bool:
 
 
 def _from_manifest(manifest: Manifest, report: DatasetReport, indexing: IndexingSettings) -> FoundFiles:
-    table, name, root_path = _load_manifest(manifest.table, manifest.root, [manifest.path_column])
+    columns = [manifest.path_column]
+    table, name, root_path = _load_manifest(manifest.table, manifest.root, columns, ObjectStore())
     context = FieldContext(root_path, indexing.allow_outside_root)
     # The Image field resolves any path column: joined to root, refused when it leaves root.
     compiled = [Image(manifest.path_column, name="path").compile(table, context)]
@@ -267,7 +270,7 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
         super().__init__(index, sample)
         self.read_root = found.read_root
 
-    def probe(self, path: str, inside: str | None) -> Header:
+    def probe(self, path: str, inside: Inside) -> Header:
         """The header of ``path`` (a file that must resolve inside ``inside`` when given); raises a
         data fault (``DataError`` or ``OSError``) when the file cannot be a sample."""
         raise NotImplementedError

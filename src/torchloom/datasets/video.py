@@ -13,6 +13,7 @@ from torchloom.datasets.base import Slot
 from torchloom.datasets.options import IndexingOptions
 from torchloom.datasets.sources import ProbedFileDataset, Source
 from torchloom.errors import ConfigError, DataError, TransformError, check_choice
+from torchloom.io.files import Inside
 from torchloom.io.video import (
     VideoHeader,
     probe_video,
@@ -121,7 +122,7 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         self.display_rotation = display_rotation
         super().__init__(source, extensions=extensions, split=split, **options)
 
-    def probe(self, path: str, inside: str | None) -> VideoHeader:
+    def probe(self, path: str, inside: Inside) -> VideoHeader:
         header = probe_video(path, inside=inside)  # cheap: probed again by verify_video when "full"
         if self.short == "drop" and header.frames < self.needed_frames:
             raise DataError(

@@ -13,6 +13,7 @@ from torchloom.datasets.base import Slot
 from torchloom.datasets.options import IndexingOptions
 from torchloom.datasets.sources import ProbedFileDataset, Source
 from torchloom.errors import DataError, TransformError
+from torchloom.io.files import Inside
 from torchloom.io.volume import (
     DEFAULT_MAX_VOLUME_BYTES,
     VolumeHeader,
@@ -81,7 +82,7 @@ class VolumeDataset(ProbedFileDataset[VolumeHeader]):
         self.max_bytes = max_bytes
         super().__init__(source, extensions=extensions, split=split, **options)
 
-    def probe(self, path: str, inside: str | None) -> VolumeHeader:
+    def probe(self, path: str, inside: Inside) -> VolumeHeader:
         if self.validate == "full":
             header = verify_volume(path, array=self.array, inside=inside, max_bytes=self.max_bytes)
         else:

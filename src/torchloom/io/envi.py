@@ -32,7 +32,7 @@ import numpy as np
 from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError, UnsafeFileError
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, parse_header
-from torchloom.io.files import file_info, lies_inside, open_file, read_bytes
+from torchloom.io.files import Inside, file_info, lies_inside, open_file, read_bytes
 
 #: Extensions tried, in order, for the data file beside ``name.hdr`` (after ``name`` itself).
 DATA_EXTENSIONS = (".img", ".raw", ".dat", ".spe", ".bsq", ".bil", ".bip")
@@ -78,7 +78,7 @@ class EnviCube:
     """
 
     def __init__(
-        self, header: EnviHeader, data_path: str | os.PathLike[str], *, inside: str | None = None
+        self, header: EnviHeader, data_path: str | os.PathLike[str], *, inside: Inside = None
     ) -> None:
         self.header = header
         self._path = os.fspath(data_path)
@@ -191,7 +191,7 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
     return EnviCube(read_header(header_path), path)
 
 
-def check_data_size(header: EnviHeader, data_path: str, *, inside: str | None = None) -> None:
+def check_data_size(header: EnviHeader, data_path: str, *, inside: Inside = None) -> None:
     """Refuse a data file that is not a regular file of exactly ``header.data_bytes`` bytes (inside
     the real folder ``inside``, when given)."""
     with open_file(data_path, inside=inside) as handle:
@@ -225,7 +225,7 @@ def _check_not_shrunk(header: EnviHeader, data_path: str) -> None:
         )
 
 
-def _map(header: EnviHeader, data_path: str, inside: str | None) -> np.memmap:
+def _map(header: EnviHeader, data_path: str, inside: Inside) -> np.memmap:
     """Map the data file read-only, checking its size on the descriptor mapped (the file may have
     changed since the cube was opened)."""
     lines, samples, bands = header.shape

@@ -33,7 +33,7 @@ from PIL import Image, UnidentifiedImageError
 
 from torchloom._buffers.pool import ScratchArrays
 from torchloom.errors import DecodeError
-from torchloom.io.files import open_file, read_bytes, read_range
+from torchloom.io.files import Inside, open_file, read_bytes, read_range
 from torchloom.io.orientation import (
     ORIENTATION_TAG,
     jpeg_orientation,
@@ -120,7 +120,7 @@ IMAGE_TOO_LARGE = "larger than any image within max_pixels could be"
 
 
 def read_image_bytes(
-    path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS, inside: str | None = None
+    path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS, inside: Inside = None
 ) -> bytes:
     """An image file's encoded bytes, read through the file layer (regular files only, inside
     ``inside`` when given); a file larger than any image within ``max_pixels`` is refused unread.
@@ -178,7 +178,7 @@ def probe_file(
     *,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     exif_orientation: bool = True,
-    inside: str | None = None,
+    inside: Inside = None,
 ) -> ImageHeader:
     """:func:`probe_image` of a file, reading a bounded prefix: 64 KiB, then up to 4 MiB when large
     metadata (EXIF thumbnails, ICC profiles) pushes the size past the first block.
@@ -254,7 +254,7 @@ def read_image(
     min_size: SizeLike | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     exif_orientation: bool = True,
-    inside: str | None = None,
+    inside: Inside = None,
 ) -> np.ndarray:
     """Read an image file into an RGB ``uint8`` HWC array, upright (EXIF orientation applied
     unless ``exif_orientation=False``); ``inside``: a real folder the file must resolve into.

@@ -25,20 +25,23 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
 from torchloom.errors import ManifestError
-from torchloom.io.files import open_file
+from torchloom.io.files import Inside, is_url, open_file, read_bytes
 
 MANIFEST_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".pq")
 # Bytes copied at a time from a manifest into Arrow's memory.
 _COPY_CHUNK = 1 << 20
 
 
-def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = ()) -> pa.Table:
+def read_table(
+    path: str | os.PathLike[str], *, string_columns: Sequence[str] = (), inside: Inside = None
+) -> pa.Table:
     """Read a manifest file into a table, choosing the format from its extension.
 
     ``.json`` may hold a list of objects or one object per line; ``.jsonl``/``.ndjson`` hold one
     object per line; ``.csv``/``.tsv`` have a header row (empty cells are missing values, and
     ``string_columns`` are kept as text rather than guessed as numbers); ``.parquet``/``.pq`` are
-    Parquet.
+    Parquet. A URL is read with one GET, from the store of ``inside`` (an
+    :class:`~torchloom.io.ObjectRoot`) when given.
 
     Example:
         >>> import os, tempfile
@@ -56,8 +59,11 @@ def read_table(path: str | os.PathLike[str], *, string_columns: Sequence[str] = 
         raise ManifestError(
             f"manifest {text_path!r} has extension {suffix!r}; expected one of {MANIFEST_SUFFIXES}"
         )
-    with open_file(text_path) as handle:  # opened once, read once, into memory Arrow owns
-        data = arrow_buffer(handle)
+    if is_url(text_path):
+        data = arrow_buffer(io.BytesIO(read_bytes(text_path, inside=inside)))
+    else:
+        with open_file(text_path, inside=inside) as handle:  # opened once, read once, into Arrow's memory
+            data = arrow_buffer(handle)
     try:
         return _read_buffer_table(text_path, suffix, data, string_columns)
     except ManifestError:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from torchloom.errors import ConfigError, DecodeError
-from torchloom.io.files import open_file
+from torchloom.io.files import Inside, open_file
 from torchloom.io.video_header import (
     PacketScan,
     StreamFacts,
@@ -82,7 +82,7 @@ class VideoClip:
     decoded: int
 
 
-def probe_video(path: str | os.PathLike[str], *, inside: str | None = None) -> VideoHeader:
+def probe_video(path: str | os.PathLike[str], *, inside: Inside = None) -> VideoHeader:
     """Read the header of ``path``'s first video stream: duration, rate, frame count, size.
 
     ``inside``: a real folder the path must resolve into (checked when the file is opened).
@@ -104,7 +104,7 @@ def read_frames(
     path: str | os.PathLike[str],
     times: Sequence[float] | np.ndarray,
     *,
-    inside: str | None = None,
+    inside: Inside = None,
     display_rotation: bool = True,
 ) -> VideoClip:
     """Decode the frames on screen at ``times`` (seconds, any order, repeats allowed).
@@ -145,7 +145,7 @@ def read_frame_numbers(
     path: str | os.PathLike[str],
     numbers: Sequence[int] | np.ndarray,
     *,
-    inside: str | None = None,
+    inside: Inside = None,
     display_rotation: bool = True,
 ) -> VideoClip:
     """Decode frames by number (any order, repeats allowed): frame ``n`` is the ``n``-th frame the
@@ -192,7 +192,7 @@ _Taken = tuple[list["VideoFrame"], int]  # frames in sorted order, and how many 
 
 def _decode_clip(
     path: str | os.PathLike[str],
-    inside: str | None,
+    inside: Inside,
     wanted: np.ndarray,
     display_rotation: bool,
     take: Callable[[InputContainer, VideoStream, StreamFacts, list[Any]], _Taken],
@@ -232,7 +232,7 @@ def _in_presented_order(
     return taken, decoded
 
 
-def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None) -> np.ndarray:
+def frame_timestamps(path: str | os.PathLike[str], *, inside: Inside = None) -> np.ndarray:
     """Decode every frame of ``path`` and return their timestamps (seconds, ``float64``).
 
     Example:
@@ -249,7 +249,7 @@ def frame_timestamps(path: str | os.PathLike[str], *, inside: str | None = None)
         return np.array([float(frame_pts(path, frame) * time_base) for frame in container.decode(stream)])
 
 
-def verify_video(path: str | os.PathLike[str], *, inside: str | None = None) -> VideoHeader:
+def verify_video(path: str | os.PathLike[str], *, inside: Inside = None) -> VideoHeader:
     """:func:`probe_video`, then decode every frame: a :class:`DecodeError` when a packet does not
     decode or the frames end before the last one the header declares (a truncated file).
 
@@ -289,7 +289,7 @@ def verify_video(path: str | os.PathLike[str], *, inside: str | None = None) -> 
 
 
 @contextlib.contextmanager
-def open_video(path: str | os.PathLike[str], *, inside: str | None = None) -> Iterator[InputContainer]:
+def open_video(path: str | os.PathLike[str], *, inside: Inside = None) -> Iterator[InputContainer]:
     """Open ``path`` with PyAV, handing it the file object the file layer opened and checked (a
     FIFO or a device refused, confined to ``inside``); PyAV's errors, inside the ``with`` block
     too, become :class:`DecodeError` naming the file."""
@@ -299,7 +299,7 @@ def open_video(path: str | os.PathLike[str], *, inside: str | None = None) -> It
 
 @contextlib.contextmanager
 def _open_container(
-    path: str | os.PathLike[str], inside: str | None
+    path: str | os.PathLike[str], inside: Inside
 ) -> Iterator[tuple[InputContainer, BinaryIO]]:
     av = require_av()
     with open_file(path, inside=inside) as handle:

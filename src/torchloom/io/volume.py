@@ -36,7 +36,7 @@ from typing import BinaryIO
 import numpy as np
 
 from torchloom.errors import DecodeError
-from torchloom.io.files import open_file
+from torchloom.io.files import Inside, open_file
 from torchloom.io.npy_header import (
     NpyHeader,
     check_holds,
@@ -87,7 +87,7 @@ class VolumeHeader(NpyHeader):
 
 
 def probe_volume(
-    path: str | os.PathLike[str], *, array: str | None = None, inside: str | None = None
+    path: str | os.PathLike[str], *, array: str | None = None, inside: Inside = None
 ) -> VolumeHeader:
     """Read a ``.npy`` file's or an npz member's header, checking it against the file's size.
 
@@ -110,7 +110,7 @@ def read_volume(
     path: str | os.PathLike[str],
     *,
     array: str | None = None,
-    inside: str | None = None,
+    inside: Inside = None,
     max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
 ) -> np.ndarray:
     """A volume as a read-only array: an ``np.memmap`` for ``.npy`` and stored npz members, an
@@ -153,7 +153,7 @@ def verify_volume(
     path: str | os.PathLike[str],
     *,
     array: str | None = None,
-    inside: str | None = None,
+    inside: Inside = None,
     max_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
 ) -> VolumeHeader:
     """:func:`probe_volume`, then read the volume's every byte once: a compressed member is
