@@ -154,6 +154,9 @@ class BatchSlots:
         #: Each position's random generator, when the dataset seeded the batch's together (each is
         #: taken, and replaced by None, by the first call for it).
         self.generators: list[np.random.Generator | None] | None = None
+        # Each sample's file bytes fetched ahead for the whole batch at once (an object store's
+        # latency paid once per batch, not per sample), or an error to raise for that sample.
+        self.prefetched: dict[str, bytes | Exception] = {}
 
     def slot(self, position: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
         if self.buffer is None:

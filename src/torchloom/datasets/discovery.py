@@ -85,6 +85,7 @@ from torchloom.datasets.walk import (
     Exclusion,
     FolderEntry,
     FolderWalk,
+    Lister,
     is_class_folder,
     left_out_by_name,
     list_folder,
@@ -213,9 +214,12 @@ def find_samples(
     split: str | None = None,
     allow_outside_root: bool = False,
     what: str = "the dataset",
+    lister: Lister | None = None,
 ) -> Discovery:
     """The samples of a class folder, of one split of a split root (``split=``), or the files
-    directly in a root without class folders (unlabelled); ``what`` names the reader in errors.
+    directly in a root without class folders (unlabelled); ``what`` names the reader in errors;
+    ``lister`` lists a folder in place of ``os.scandir`` (an object store's
+    :class:`~torchloom.datasets.listing.PrefixListing`).
 
     Raises :class:`torchloom.errors.ConfigError` for a split root without ``split`` (naming the
     splits found) and for a ``split`` the root does not have.
@@ -231,7 +235,7 @@ def find_samples(
         ...     print(found.relative_paths(), found.labels.tolist(), found.classes)
         ['val/cat/3.jpg'] [0] ['cat', 'dog']
     """
-    walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root)
+    walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root, lister=lister)
     entries = walk.top()
     splits = _split_folders(entries)
     if not splits:

@@ -13,10 +13,12 @@ from typing_extensions import Unpack
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
 from torchloom.datasets.index import DatasetReport, SampleIndex, check_image_file, keep_valid, validate_files
+from torchloom.datasets.listing import PrefixListing
 from torchloom.datasets.options import IndexingOptions, indexing_settings
 from torchloom.datasets.walk import require_folder
 from torchloom.errors import EmptyDatasetError, ValidationFailedError
 from torchloom.io.image import DEFAULT_MAX_PIXELS
+from torchloom.io.objects import ObjectRoot
 
 
 class FolderDataset(IndexedDataset):
@@ -75,13 +77,20 @@ class FolderDataset(IndexedDataset):
     ) -> None:
         sample, indexing = indexing_settings(options, what=type(self))
         self.root = os.fspath(root)
-        require_folder(self.root, "FolderDataset root ")
+        read_root = indexing.read_root(self.root, sample.store)
+        lister = None
+        if isinstance(read_root, ObjectRoot):
+            self.root = read_root.url
+            lister = PrefixListing(read_root, progress=indexing.progress)
+        else:
+            require_folder(self.root, "FolderDataset root ")
         found = find_samples(
             self.root,
             extensions=extensions,
             split=split,
             allow_outside_root=indexing.allow_outside_root,
             what="FolderDataset",
+            lister=lister,
         )
         if not found.classes:
             loose = f" ({len(found.paths)} file(s) lie directly in it)" if len(found.paths) else ""
@@ -98,12 +107,13 @@ class FolderDataset(IndexedDataset):
             )
         self.report = DatasetReport()
         found.add_to(self.report)
-        read_root = indexing.read_root(self.root, sample.store)
+        # A listing saw every object: "exists" needs no request more.
+        mode = "none" if lister is not None and indexing.validate == "exists" else indexing.validate
         reasons = validate_files(
             found.paths,
-            lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
-            num_threads=indexing.num_threads,
-            progress=indexing.progress and indexing.validate != "none",
+            lambda path: check_image_file(path, mode, max_pixels, inside=read_root),
+            num_threads=indexing.threads_for(read_root),
+            progress=indexing.progress and mode != "none",
             description=f"validating {os.path.basename(self.root) or self.root}",
         )
         keep = keep_valid(

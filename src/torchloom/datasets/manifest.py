@@ -124,7 +124,7 @@ class ManifestDataset(IndexedDataset):
             checks = validate_files(
                 [paths[int(row)] for row in pending],
                 lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
-                num_threads=indexing.num_threads,
+                num_threads=indexing.threads_for(read_root),
                 progress=indexing.progress and indexing.validate != "none",
                 description=f"validating {os.path.basename(self.source)}",
             )

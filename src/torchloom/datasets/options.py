@@ -167,6 +167,13 @@ class IndexingSettings:
     num_threads: int | None = None
     progress: bool = True
 
+    def threads_for(self, read_root: Inside) -> int | None:
+        """Threads that check files under ``read_root``: ``num_threads``, or for an object store
+        (where each check waits on the network, not a core) its ``max_in_flight``."""
+        if self.num_threads is None and isinstance(read_root, ObjectRoot):
+            return read_root.store.max_in_flight
+        return self.num_threads
+
     def read_root(self, root: str | os.PathLike[str], store: ObjectStore | None = None) -> Inside:
         """What every read of the dataset must stay in: ``root`` with its symlinks resolved, or
         ``None`` with ``allow_outside_root``; for a root URL, an :class:`~torchloom.io.ObjectRoot`

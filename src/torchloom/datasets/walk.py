@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from torchloom.errors import ConfigError, MissingFileError
@@ -82,6 +82,10 @@ class FolderEntry(Protocol):
     def is_dir(self) -> bool: ...
 
     def is_symlink(self) -> bool: ...
+
+
+#: A folder's entries, sorted by name (an ``OSError`` when it cannot be listed).
+Lister = Callable[[str], "list[FolderEntry]"]
 
 
 def list_folder(folder: str) -> list[FolderEntry]:
@@ -158,13 +162,24 @@ class FolderWalk:
         (['a.jpg', 'c/d.JPG'], ["hidden (name starts with '.')"])
     """
 
-    def __init__(self, root: str | os.PathLike[str], extensions: Sequence[str], *, allow_outside_root: bool):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        extensions: Sequence[str],
+        *,
+        allow_outside_root: bool,
+        lister: Lister | None = None,
+    ):
         self.root = os.fspath(root)
-        require_folder(self.root)
+        #: How a folder is listed: ``os.scandir`` sorted, or a listing of an object store's prefix
+        #: (whose entries are never symlinks, so the root is its own real path).
+        self.lister = lister or list_folder
+        if lister is None:
+            require_folder(self.root)
         if not extensions or not all(extension.startswith(".") for extension in extensions):
             raise ConfigError(f"extensions start with '.', e.g. ('.jpg', '.png'); got {list(extensions)}")
         self.extensions = tuple(extension.lower() for extension in extensions)
-        self.real_root = os.path.realpath(self.root)
+        self.real_root = os.path.realpath(self.root) if lister is None else self.root
         self.allow_outside_root = allow_outside_root
         self.excluded: list[Exclusion] = []
 
@@ -172,7 +187,7 @@ class FolderWalk:
         """The root's entries; a root that cannot be listed is the file layer's typed error
         (:class:`~torchloom.errors.UnreadableFileError` for permissions), naming the fix."""
         try:
-            return list_folder(self.root)
+            return self.lister(self.root)
         except OSError as exc:
             raise file_error(self.root, exc) from None
 
@@ -267,7 +282,7 @@ class FolderWalk:
     def listing(self, folder: str) -> list[FolderEntry] | None:
         """The entries of ``folder``, or None (noted) when it cannot be listed."""
         try:
-            return list_folder(folder)
+            return self.lister(folder)
         except OSError as error:
             self.exclude(folder, REASON_UNLISTABLE, f"{type(error).__name__}: {error}")
             return None

@@ -1,10 +1,12 @@
-"""Readers, one format each, over one file layer (:mod:`torchloom.io.files`)."""
+"""Readers, one format each, over one file layer (:mod:`torchloom.io.files`): local files, and
+objects in a store (:class:`ObjectStore`) for URLs."""
 
 from torchloom._buffers.pool import ScratchArrays
 from torchloom.errors import (
     DecodeError,
     HeaderError,
     MissingFileError,
+    ObjectChangedError,
     UnreadableFileError,
     UnsafeFileError,
     UnsupportedURLError,
@@ -15,6 +17,8 @@ from torchloom.io.envi_header import EnviHeader
 from torchloom.io.files import FileBackend, FileInfo, LocalFiles, file_info, open_file, read_bytes, read_range
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
+from torchloom.io.objects import ObjectRoot, ObjectStore
+from torchloom.io.store_requests import StoreStats
 from torchloom.io.table import read_table
 from torchloom.io.video import VideoClip, VideoHeader, probe_video, read_frame_numbers, read_frames
 from torchloom.io.video_orientation import DisplayOrientation
@@ -36,7 +40,11 @@ __all__ = [
     "ImageHeader",
     "LocalFiles",
     "MissingFileError",
+    "ObjectChangedError",
+    "ObjectRoot",
+    "ObjectStore",
     "ScratchArrays",
+    "StoreStats",
     "UnreadableFileError",
     "UnsafeFileError",
     "UnsupportedURLError",

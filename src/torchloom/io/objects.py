@@ -42,9 +42,11 @@ from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 import fsspec.asyn
+from tqdm.auto import tqdm
 
 from torchloom.errors import (
     ConfigError,
+    DecodeError,
     MissingFileError,
     ObjectChangedError,
     UnreadableFileError,
@@ -222,21 +224,44 @@ class ObjectStore:
 
         return self._run(fs, opened())
 
-    def list(self, prefix: str) -> list[dict[str, Any]]:
-        """Every object below the URL ``prefix``, with ``name`` (a URL), ``size`` and ``ETag``
-        where the store gives them: one listing (paged by the store), retried as reads are."""
+    def list_below(self, prefix: str, *, progress: bool = True) -> list[dict[str, Any]]:
+        """Every object below the URL ``prefix``, sorted, each a dict of ``name`` (its URL),
+        ``size`` and ``etag`` (None where the store gives none): the first level in one listing,
+        then every prefix in it listed at the same time, with a progress bar; retried as reads are.
+
+        Example:
+            >>> import fsspec
+            >>> fsspec.filesystem("memory").pipe("memory://lst/a/1.bin", b"12")
+            >>> [(o["name"], o["size"]) for o in ObjectStore().list_below("memory://lst", progress=False)]
+            [('memory://lst/a/1.bin', 2)]
+        """
         fs = self.filesystem(prefix)
         scheme = split_url(prefix)[0]
+        fs.invalidate_cache(prefix)  # a listing made before (by this store) may be stale
 
         async def listing() -> list[dict[str, Any]]:
-            found = await self._call(fs, "list", prefix, fs.find, prefix, detail=True)
-            objects = []
-            for name, details in sorted(found.items()):
-                if details.get("type") == "directory":
-                    continue
-                url = name if "://" in name else f"{scheme}://{name}"
-                objects.append({"name": url, "size": details.get("size"), "etag": details.get("ETag")})
-            return objects
+            top = await self._call(fs, "list", prefix, fs.ls, prefix, detail=True)
+            below = [item["name"] for item in top if item.get("type") == "directory"]
+            found = [item for item in top if item.get("type") != "directory"]
+            gate = asyncio.Semaphore(min(self.max_in_flight, 16))
+            with tqdm(desc=f"listing {prefix}", unit=" objects", disable=not progress, leave=False) as bar:
+                bar.update(len(found))
+
+                async def one(name: str) -> list[dict[str, Any]]:
+                    async with gate:
+                        items = await self._call(fs, "list", name, fs.find, name, detail=True)
+                    bar.update(len(items))
+                    return list(items.values())
+
+                for items in await asyncio.gather(*(one(name) for name in below)):
+                    found += items
+            objects = [
+                {"name": f"{scheme}://{str(item['name']).lstrip('/')}", "size": item.get("size"),
+                 "etag": item.get("ETag")}
+                for item in found
+                if item.get("type") != "directory"
+            ]
+            return sorted(objects, key=lambda item: item["name"])
 
         return self._run(fs, listing())
 
@@ -365,6 +390,44 @@ class ObjectRoot:
     def info(self, path: str) -> FileInfo:
         self._check(path)
         return self.store.info(path)
+
+    def read_many(
+        self, paths: Sequence[str], *, max_bytes: int | None, too_large: str | None
+    ) -> list[bytes | Exception]:
+        """:meth:`read` of every path, ``max_in_flight`` at once: each object's bytes, or the
+        error its read raised (an empty object is a ``DecodeError``, as :func:`read_bytes` says).
+
+        Example:
+            >>> import fsspec
+            >>> fsspec.filesystem("memory").pipe("memory://set/a.bin", b"abc")
+            >>> root = ObjectRoot("memory://set", ObjectStore())
+            >>> [type(r).__name__ for r in root.read_many(["memory://set/a.bin", "memory://set/no"],
+            ...                                            max_bytes=None, too_large=None)]
+            ['bytes', 'MissingFileError']
+        """
+        results: list[bytes | Exception] = [b""] * len(paths)
+        requests: list[tuple[str, int, int | None]] = []
+        places: list[int] = []
+        for place, path in enumerate(paths):
+            try:
+                self._check(path)
+            except UnsafeFileError as exc:
+                results[place] = exc
+                continue
+            requests.append((path, 0, None if max_bytes is None else max_bytes + 1))
+            places.append(place)
+        for place, (path, _, _), fetched in zip(places, requests, self.store.get_many(requests), strict=True):
+            try:
+                if isinstance(fetched, Exception):
+                    raise fetched
+                if max_bytes is not None and len(fetched.data) > max_bytes:
+                    raise refuse_size(path, fetched.size, max_bytes, too_large)
+                if not fetched.data:
+                    raise DecodeError(path, "file is empty (0 bytes)")
+                results[place] = self.checked(path, fetched).data
+            except (OSError, DecodeError) as exc:
+                results[place] = exc
+        return results
 
     def checked(self, url: str, fetched: Fetched) -> Fetched:
         """``fetched`` once it is known to come from the object as first read (size, ETag)."""

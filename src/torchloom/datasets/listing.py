@@ -1,0 +1,91 @@
+"""An object store's prefix listed once, then walked as folders are.
+
+A store has keys, not folders: ``s3://bucket/train/cat/1.jpg`` lies in the "folder"
+``s3://bucket/train/cat`` only by its name. :class:`PrefixListing` lists every object below a
+root once (the root's first level, then each first-level prefix at the same time, with a progress
+bar), and answers the walk's ``list_folder`` calls from memory, so the one walker of
+:mod:`torchloom.datasets.discovery` applies its rules (extensions, hidden names, metadata folders,
+class folders) to a bucket as to a disk. Each object's size and ETag go to the dataset's
+:class:`~torchloom.io.ObjectRoot`: a later read of a changed object is named.
+
+Example:
+    >>> import fsspec
+    >>> from torchloom.io import ObjectRoot, ObjectStore
+    >>> for key in ("cat/1.jpg", "cat/2.jpg", "dog/3.jpg", ".DS_Store"):
+    ...     fsspec.filesystem("memory").pipe(f"memory://listed/train/{key}", b"x")
+    >>> listing = PrefixListing(ObjectRoot("memory://listed/train", ObjectStore()), progress=False)
+    >>> [entry.name for entry in listing("memory://listed/train")], len(listing)
+    (['.DS_Store', 'cat', 'dog'], 4)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchloom.datasets.walk import FolderEntry
+from torchloom.errors import MissingFileError
+from torchloom.io.object_urls import relative_key
+from torchloom.io.objects import ObjectRoot
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    """One name in a listed folder: an object, or a prefix that holds objects.
+
+    Example:
+        >>> ObjectEntry("cat", "s3://b/train/cat", folder=True).is_dir()
+        True
+    """
+
+    name: str
+    path: str
+    folder: bool
+
+    def is_dir(self) -> bool:
+        return self.folder
+
+    def is_symlink(self) -> bool:
+        return False  # a store has no links: nothing below a root leads out of it
+
+
+class PrefixListing:
+    """Every object below ``root``, listed once, served folder by folder (a walk's lister).
+
+    Raises :class:`~torchloom.errors.MissingFileError` when nothing lies below the root.
+    """
+
+    def __init__(self, root: ObjectRoot, *, progress: bool = True) -> None:
+        self.root = root.url
+        objects = root.store.list_below(root.url, progress=progress)
+        if not objects:
+            raise MissingFileError(
+                f"{root.url!r} holds no objects: check the bucket and prefix (and storage_options' "
+                "endpoint and credentials)"
+            )
+        folders: dict[str, dict[str, ObjectEntry]] = {}
+        for item in objects:
+            url = item["name"]
+            root.expect(url, item["size"], item["etag"])
+            parent = self.root
+            *prefixes, name = relative_key(url, self.root).split("/")
+            for prefix in prefixes:
+                below = f"{parent}/{prefix}"
+                folders.setdefault(parent, {}).setdefault(prefix, ObjectEntry(prefix, below, folder=True))
+                parent = below
+            folders.setdefault(parent, {})[name] = ObjectEntry(name, url, folder=False)
+        self._folders = {
+            folder: sorted(entries.values(), key=_name_of) for folder, entries in folders.items()
+        }
+        self._count = len(objects)
+
+    def __call__(self, folder: str) -> list[FolderEntry]:
+        listed: list[FolderEntry] = list(self._folders.get(folder, []))
+        return listed
+
+    def __len__(self) -> int:
+        """The number of objects listed."""
+        return self._count
+
+
+def _name_of(entry: ObjectEntry) -> str:
+    return entry.name
