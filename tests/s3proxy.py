@@ -22,7 +22,9 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["FaultProxy", "RequestCounts", "filesystem_for", "request_kind", "storage_options_for"]
+from s3client import filesystem_for, storage_options_for
+
+__all__ = ["FaultProxy", "RequestCounts", "request_kind"]
 
 KINDS = ("gets", "ranged_gets", "heads", "lists", "puts", "others")
 LIST_QUERY_KEYS = frozenset({"list-type", "prefix", "delimiter", "marker", "continuation-token"})
@@ -38,39 +40,10 @@ ERROR_MESSAGES = {
 }
 
 
-def storage_options_for(endpoint: str) -> dict[str, Any]:
-    """The fsspec/s3fs ``storage_options`` for an S3 endpoint that accepts any key."""
-    return {"key": "any", "secret": "any", "client_kwargs": {"endpoint_url": endpoint}}
-
-
-def filesystem_for(storage_options: dict[str, Any], *, attempts: int | None = None, **options: Any) -> Any:
-    """A fresh ``s3fs.S3FileSystem`` (never a cached instance) from ``storage_options`` plus
-    ``options`` (``S3FileSystem`` keywords; ``config_kwargs`` merge with ``attempts``).
-
-    Args:
-        attempts: when given, how many times botocore and s3fs each try a request; ``1`` makes a
-            failure visible instead of retried.
-    """
-    # s3fs is an optional dependency of torchloom; importing it here keeps these modules
-    # importable (by conftest.py) where it is absent, and the S3 tests skip.
-    import s3fs
-
-    merged = {**storage_options, **options}
-    if attempts is not None:
-        config = dict(merged.get("config_kwargs") or {})
-        config["retries"] = {**config.get("retries", {}), "total_max_attempts": attempts}
-        merged["config_kwargs"] = config
-    filesystem = s3fs.S3FileSystem(skip_instance_cache=True, **merged)
-    if attempts is not None:
-        # s3fs's own retry loop counts from a class attribute, not from a constructor keyword.
-        filesystem.retries = attempts
-    return filesystem
-
-
 @dataclass(frozen=True)
 class RequestCounts:
-    """Requests seen by kind: object GETs without and with ``Range``, HEADs, LISTs (a GET on a
-    bucket listing it), PUTs (objects, parts, buckets) and everything else."""
+    """Requests seen by kind: object GETs without and with ``Range``, object HEADs, LISTs (a GET
+    on a bucket listing it), PUTs (objects, parts, buckets) and everything else."""
 
     gets: int = 0
     ranged_gets: int = 0
@@ -95,7 +68,7 @@ def request_kind(method: str, target: str, headers: Any) -> str:
     bucket, _, key = parts.path.lstrip("/").partition("/")
     if method == "PUT":
         return "puts"
-    if method == "HEAD" and bucket:
+    if method == "HEAD" and key:
         return "heads"
     if method != "GET" or not bucket:
         return "others"

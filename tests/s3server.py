@@ -21,6 +21,7 @@ import ctypes
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -30,22 +31,28 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from s3proxy import FaultProxy, RequestCounts, filesystem_for, storage_options_for
+from s3client import filesystem_for, storage_options_for
+from s3proxy import FaultProxy, RequestCounts, request_kind
 
 __all__ = [
     "FaultProxy",
     "RequestCounts",
+    "S3Bucket",
     "S3Server",
     "WeedProcess",
+    "bucket_name_for",
     "filesystem_for",
     "find_weed",
     "free_port_pair",
     "free_ports",
+    "request_kind",
 ]
 
 STARTUP_TIMEOUT_S = 30.0
@@ -60,6 +67,8 @@ MASTER_TOML = "[master.volume_growth]\ncopy_1 = 1\ncopy_other = 1\n"
 VOLUME_SIZE_LIMIT_MB = 64
 MAX_VOLUMES = 1000
 PR_SET_PDEATHSIG = 1
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+BUCKET_STEM_CHARS = 40
 GRPC_OFFSET = 10000
 PAIR_PORTS_FROM, PAIR_PORTS_TO, PAIR_ATTEMPTS = 20000, 45000, 200
 
@@ -111,6 +120,32 @@ def free_port_pair(offset: int = GRPC_OFFSET, *, avoid: Iterable[int] = ()) -> i
         f"found no free loopback port p in [{PAIR_PORTS_FROM}, {PAIR_PORTS_TO}) with p + {offset} free "
         f"after {PAIR_ATTEMPTS} tries; free some ports or stop other SeaweedFS servers"
     )
+
+
+def bucket_name_for(label: str) -> str:
+    """A valid bucket name from ``label`` (a test's name, say), unique to this call."""
+    stem = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:BUCKET_STEM_CHARS].strip("-")
+    return f"{stem or 'bucket'}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket by ``name``, with the forms fsspec and s3fs take it in."""
+
+    name: str
+
+    @property
+    def url(self) -> str:
+        """``s3://name``."""
+        return f"s3://{self.name}"
+
+    def path(self, key: str) -> str:
+        """``name/key``: the path s3fs methods take."""
+        return f"{self.name}/{key.lstrip('/')}"
+
+    def url_of(self, key: str) -> str:
+        """``s3://name/key``: the URL fsspec takes."""
+        return f"s3://{self.path(key)}"
 
 
 def _die_with_parent() -> None:
@@ -188,6 +223,7 @@ class S3Server:
     Args:
         startup_timeout: seconds to wait for the S3 API (and a volume server) to answer.
         weed: the ``weed`` binary; found with :func:`find_weed` when not given.
+        parent: where the temporary directory is made; the system's temporary folder when not given.
 
     SeaweedFS quirks worth knowing in tests: after :meth:`kill_volume` the first GET of an object
     on a volume takes the filer ~13 s of retries before it answers ``500 InternalError`` (give the
@@ -196,9 +232,14 @@ class S3Server:
     """
 
     def __init__(
-        self, *, startup_timeout: float = STARTUP_TIMEOUT_S, weed: str | os.PathLike[str] | None = None
+        self,
+        *,
+        startup_timeout: float = STARTUP_TIMEOUT_S,
+        weed: str | os.PathLike[str] | None = None,
+        parent: str | os.PathLike[str] | None = None,
     ) -> None:
         self.startup_timeout = startup_timeout
+        self.parent = parent
         self.weed = Path(weed) if weed is not None else find_weed()
         self.root: Path | None = None
         self._ports: dict[str, int] = {}
@@ -221,14 +262,17 @@ class S3Server:
         """A fresh ``s3fs.S3FileSystem`` on this server; arguments as :func:`filesystem_for`."""
         return filesystem_for(self.storage_options, attempts=attempts, **options)
 
-    def make_bucket(self, name: str) -> str:
-        """Create bucket ``name`` (3+ characters) and return its ``s3://name`` URL."""
-        if len(name) < 3:
-            raise ValueError(f"bucket name {name!r} is shorter than the 3 characters S3 requires")
+    def make_bucket(self, name: str) -> S3Bucket:
+        """Create bucket ``name`` (3 to 63 of ``a-z 0-9 . -``); see :func:`bucket_name_for`."""
+        if not BUCKET_NAME.fullmatch(name):
+            raise ValueError(
+                f"bucket name {name!r} is not 3 to 63 lowercase letters, digits, dots and hyphens "
+                "starting and ending with a letter or digit; bucket_name_for() makes one"
+            )
         status, body = _http("PUT", f"{self.endpoint}/{name}")
         if status != 200:
             raise RuntimeError(f"creating bucket {name!r} answered {status}: {body[:300]!r}")
-        return f"s3://{name}"
+        return S3Bucket(name)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -245,7 +289,7 @@ class S3Server:
         """Start master, volume server and filer+S3; return once a probe object reads back."""
         if self.root is not None:
             raise RuntimeError(f"this S3Server already runs in {self.root}; stop() it first")
-        self.root = Path(tempfile.mkdtemp(prefix="torchloom-s3-"))
+        self.root = Path(tempfile.mkdtemp(prefix="torchloom-s3-", dir=self.parent))
         try:
             self._launch()
             self._wait_for_s3()
