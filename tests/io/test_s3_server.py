@@ -11,13 +11,15 @@ import http.client
 import os
 import threading
 from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from s3server import FaultProxy, RequestCounts, S3Bucket, S3Server, request_kind
+
+boto_errors = pytest.importorskip("botocore.exceptions", reason="the S3 tests need s3fs (torchloom[s3])")
 
 BLOB = os.urandom(300_000)  # several TCP segments, below the 4 MiB chunks SeaweedFS splits at
 
@@ -112,7 +114,7 @@ def test_fail_next_answers_an_s3_slowdown_botocore_sees(s3_proxy: FaultProxy, s3
     with pytest.raises(OSError) as caught:
         filesystem.cat_file(s3_bucket.path("busy.bin"), start=0, end=4)
     cause = caught.value.__cause__ or caught.value.__context__
-    assert isinstance(cause, ClientError)
+    assert isinstance(cause, boto_errors.ClientError)
     assert cause.response["Error"]["Code"] == "SlowDown"
     assert cause.response["ResponseMetadata"]["HTTPStatusCode"] == 503
     assert filesystem.cat_file(s3_bucket.path("busy.bin"), start=0, end=4) == b"data"
@@ -142,7 +144,7 @@ def test_drop_next_resets_the_connection(s3_proxy: FaultProxy, s3_bucket: S3Buck
     assert filesystem.cat_file(s3_bucket.path("drop.bin"), start=0, end=4) == b"data"
     assert (s3_proxy.requests.ranged_gets, s3_proxy.injected) == (2, 1)
     s3_proxy.drop_next(2)
-    with pytest.raises(EndpointConnectionError):  # what botocore makes of a reset
+    with pytest.raises(boto_errors.EndpointConnectionError):  # what botocore makes of a reset
         filesystem.cat_file(s3_bucket.path("drop.bin"), start=0, end=4)
     assert s3_proxy.injected == 3
     assert filesystem.cat_file(s3_bucket.path("drop.bin"), start=0, end=4) == b"data"
@@ -152,7 +154,7 @@ def test_stall_next_outlasts_a_client_read_timeout(s3_proxy: FaultProxy, s3_buck
     filesystem = s3_proxy.filesystem(attempts=1, config_kwargs={"read_timeout": 0.5})
     filesystem.pipe(s3_bucket.path("slow.bin"), b"data")
     s3_proxy.stall_next(1, 30.0)
-    with pytest.raises(ReadTimeoutError):
+    with pytest.raises(boto_errors.ReadTimeoutError):
         filesystem.cat_file(s3_bucket.path("slow.bin"), start=0, end=4)
     assert s3_proxy.injected == 1
     assert filesystem.cat_file(s3_bucket.path("slow.bin"), start=0, end=4) == b"data"
@@ -239,3 +241,41 @@ def process_runs(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+class ChunkedUpstream(BaseHTTPRequestHandler):
+    """Answers every GET with a chunked body in three chunks and a header of its own."""
+
+    protocol_version = "HTTP/1.1"
+    pieces = (b"first ", b"second ", b"third")
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Upstream", "kept")
+        self.end_headers()
+        for piece in self.pieces:
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def test_chunked_responses_pass_through_on_a_kept_alive_connection() -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), ChunkedUpstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}") as proxy:
+            connection = http.client.HTTPConnection("127.0.0.1", int(proxy.endpoint.rsplit(":", 1)[1]))
+            for _ in range(2):  # the second request reuses the client's connection
+                connection.request("GET", "/bkt/streamed")
+                response = connection.getresponse()
+                assert response.headers["Transfer-Encoding"] == "chunked"
+                assert response.headers["X-Upstream"] == "kept"
+                assert response.read() == b"".join(ChunkedUpstream.pieces)
+            connection.close()
+            assert proxy.requests == RequestCounts(gets=2)
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
