@@ -1,10 +1,15 @@
-"""How a test reaches an S3 endpoint: the fsspec ``storage_options`` and a fresh s3fs filesystem."""
+"""How a test reaches an S3 endpoint: ``storage_options``, a fresh s3fs filesystem, bucket names."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-__all__ = ["filesystem_for", "storage_options_for"]
+__all__ = ["S3Bucket", "bucket_name_for", "filesystem_for", "storage_options_for"]
+
+BUCKET_STEM_CHARS = 40
 
 
 def storage_options_for(endpoint: str) -> dict[str, Any]:
@@ -37,3 +42,31 @@ def filesystem_for(storage_options: dict[str, Any], *, attempts: int | None = No
         # s3fs's own retry loop counts from a class attribute, not from a constructor keyword.
         filesystem.retries = attempts
     return filesystem
+
+
+def bucket_name_for(label: str) -> str:
+    """A valid bucket name from ``label`` (a test's name, say), unique to this call."""
+    stem = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:BUCKET_STEM_CHARS].strip("-")
+    return f"{stem or 'bucket'}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket by ``name``, with the forms fsspec and s3fs take it in."""
+
+    NAME: ClassVar[re.Pattern[str]] = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+    name: str
+
+    @property
+    def url(self) -> str:
+        """``s3://name``."""
+        return f"s3://{self.name}"
+
+    def path(self, key: str) -> str:
+        """``name/key``: the path s3fs methods take."""
+        return f"{self.name}/{key.lstrip('/')}"
+
+    def url_of(self, key: str) -> str:
+        """``s3://name/key``: the URL fsspec takes."""
+        return f"s3://{self.path(key)}"

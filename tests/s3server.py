@@ -2,9 +2,9 @@
 
 The master, the volume server and the filer (which serves S3) run as separate ``weed`` processes so
 a test can kill the volume server, the one holding the bytes, and start it again on the same
-directory and port. Ports come from the OS and every gRPC port is passed explicitly, so nothing
-is assumed about which ports are free; each ``S3Server`` lives in its own temporary directory, so
-several can run at once (one per pytest-xdist worker, or beside another engineer's).
+directory and port. Ports are checked free (the OS picks most; gRPC ports are passed explicitly
+except the filer's, which must be its port + 10000), and each ``S3Server`` lives in its own
+temporary directory, so several run at once (one per pytest-xdist worker, or another engineer's).
 
 Usage (no pytest needed; the benchmarks import this module too)::
 
@@ -21,7 +21,6 @@ import ctypes
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -31,14 +30,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from s3client import filesystem_for, storage_options_for
+from s3client import S3Bucket, bucket_name_for, filesystem_for, storage_options_for
 from s3proxy import FaultProxy, RequestCounts, request_kind
 
 __all__ = [
@@ -46,6 +43,7 @@ __all__ = [
     "RequestCounts",
     "S3Bucket",
     "S3Server",
+    "WeedExited",
     "WeedProcess",
     "bucket_name_for",
     "filesystem_for",
@@ -58,6 +56,7 @@ __all__ = [
 STARTUP_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.1
 LOG_TAIL_LINES = 30
+START_ATTEMPTS = 3
 PROBE_BUCKET = "torchloom-probe"
 PROBE_OBJECT = "alive"
 PROBE_BYTES = b"the volume server answers"
@@ -67,8 +66,6 @@ MASTER_TOML = "[master.volume_growth]\ncopy_1 = 1\ncopy_other = 1\n"
 VOLUME_SIZE_LIMIT_MB = 64
 MAX_VOLUMES = 1000
 PR_SET_PDEATHSIG = 1
-BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-BUCKET_STEM_CHARS = 40
 GRPC_OFFSET = 10000
 PAIR_PORTS_FROM, PAIR_PORTS_TO, PAIR_ATTEMPTS = 20000, 45000, 200
 
@@ -122,32 +119,6 @@ def free_port_pair(offset: int = GRPC_OFFSET, *, avoid: Iterable[int] = ()) -> i
     )
 
 
-def bucket_name_for(label: str) -> str:
-    """A valid bucket name from ``label`` (a test's name, say), unique to this call."""
-    stem = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:BUCKET_STEM_CHARS].strip("-")
-    return f"{stem or 'bucket'}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True)
-class S3Bucket:
-    """A bucket by ``name``, with the forms fsspec and s3fs take it in."""
-
-    name: str
-
-    @property
-    def url(self) -> str:
-        """``s3://name``."""
-        return f"s3://{self.name}"
-
-    def path(self, key: str) -> str:
-        """``name/key``: the path s3fs methods take."""
-        return f"{self.name}/{key.lstrip('/')}"
-
-    def url_of(self, key: str) -> str:
-        """``s3://name/key``: the URL fsspec takes."""
-        return f"s3://{self.path(key)}"
-
-
 def _die_with_parent() -> None:
     """Runs in the child before exec: on Linux, have the kernel kill it if the test process dies
     without cleaning up (SIGKILL from a runner), so no ``weed`` outlives its session."""
@@ -165,8 +136,16 @@ def _http(method: str, url: str, *, data: bytes | None = None, timeout: float = 
         return error.code, error.read()
 
 
+class WeedExited(RuntimeError):
+    """A ``weed`` process ended while the server waited for it to come up."""
+
+
 class WeedProcess:
-    """One ``weed`` role in its own process group, its output in ``log``."""
+    """One ``weed`` role in its own process group, its output in ``log``.
+
+    On Linux the kernel kills it when the thread that started it ends (``PR_SET_PDEATHSIG``), so
+    start it from a thread that lives as long as it should: the test's, not a short-lived worker.
+    """
 
     def __init__(self, name: str, argv: list[str], *, cwd: Path, log: Path) -> None:
         self.name = name
@@ -225,10 +204,10 @@ class S3Server:
         weed: the ``weed`` binary; found with :func:`find_weed` when not given.
         parent: where the temporary directory is made; the system's temporary folder when not given.
 
-    SeaweedFS quirks worth knowing in tests: after :meth:`kill_volume` the first GET of an object
-    on a volume takes the filer ~13 s of retries before it answers ``500 InternalError`` (give the
-    client a short ``read_timeout``); later GETs of that volume fail at once. ETags are quoted MD5
-    hex for single-part objects; ``If-Match``/``If-None-Match`` on GET answer 412/304.
+    SeaweedFS quirks worth knowing in tests: after :meth:`kill_volume` a GET answers
+    ``500 InternalError``, at once or, when the filer still holds the dead server's address, after
+    ~13 s of its retries (give the client a short ``read_timeout``). ETags are the quoted MD5 hex
+    for single-part objects; ``If-Match``/``If-None-Match`` on GET answer 412/304.
     """
 
     def __init__(
@@ -264,7 +243,7 @@ class S3Server:
 
     def make_bucket(self, name: str) -> S3Bucket:
         """Create bucket ``name`` (3 to 63 of ``a-z 0-9 . -``); see :func:`bucket_name_for`."""
-        if not BUCKET_NAME.fullmatch(name):
+        if not S3Bucket.NAME.fullmatch(name):
             raise ValueError(
                 f"bucket name {name!r} is not 3 to 63 lowercase letters, digits, dots and hyphens "
                 "starting and ending with a letter or digit; bucket_name_for() makes one"
@@ -289,23 +268,31 @@ class S3Server:
         """Start master, volume server and filer+S3; return once a probe object reads back."""
         if self.root is not None:
             raise RuntimeError(f"this S3Server already runs in {self.root}; stop() it first")
-        self.root = Path(tempfile.mkdtemp(prefix="torchloom-s3-", dir=self.parent))
-        try:
-            self._launch()
-            self._wait_for_s3()
-            self._wait_for_volume_node(minimum_volumes=0)
-            self.make_bucket(PROBE_BUCKET)
-            self._put_probe()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.root = Path(tempfile.mkdtemp(prefix="torchloom-s3-", dir=self.parent))
+            try:
+                self._launch()
+                self._wait_for_s3()
+                self._wait_for_volume_node(minimum_volumes=0)
+                self.make_bucket(PROBE_BUCKET)
+                self._put_probe()
+                return self
+            except WeedExited:
+                # Most likely a port taken between choosing it and weed binding it: new ports.
+                self.stop()
+                if attempt == START_ATTEMPTS:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+        raise RuntimeError("unreachable: the last attempt returns or raises")
 
     def stop(self) -> None:
         """Kill every ``weed`` process group, reap them and remove the temporary directory."""
         for process in reversed(list(self._processes.values())):
             process.kill()
         self._processes.clear()
+        self._ports.clear()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
@@ -316,18 +303,24 @@ class S3Server:
 
     def kill_volume(self) -> None:
         """SIGKILL the volume server and return once the master has noticed it is gone."""
+        volume = self._volume()
         self._volumes_before_kill = self._volume_count()
-        self._processes["volume"].kill()
+        volume.kill()
         self._wait_until(lambda: self._volume_count() == -1, "the master to drop the killed volume server")
 
     def start_volume(self) -> None:
         """Start the volume server again on its directory and port; return once reads work."""
-        volume = self._processes["volume"]
+        volume = self._volume()
         volume.start()
         self._wait_for_volume_node(minimum_volumes=self._volumes_before_kill)
         self._wait_until(self._probe_reads, "the probe object to read back after the restart")
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _volume(self) -> WeedProcess:
+        if "volume" not in self._processes:
+            raise RuntimeError("the S3Server is not running; use it as a context manager or call start()")
+        return self._processes["volume"]
 
     def _port(self, name: str) -> int:
         if name not in self._ports:
@@ -371,12 +364,12 @@ class S3Server:
             self._processes[name] = process
             process.start()
 
-    def _wait_until(self, ready: Any, what: str) -> None:
+    def _wait_until(self, ready: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             dead = [p.name for p in self._processes.values() if p.exited_early()]
             if dead:
-                raise RuntimeError(f"weed {', '.join(dead)} exited while waiting for {what}\n{self._logs()}")
+                raise WeedExited(f"weed {', '.join(dead)} exited while waiting for {what}\n{self._logs()}")
             if ready():
                 return
             time.sleep(POLL_INTERVAL_S)
@@ -401,13 +394,12 @@ class S3Server:
         """Volumes the master sees on the volume server; -1 when it lists no volume server."""
         try:
             status, body = _http("GET", f"http://127.0.0.1:{self._port('master')}/dir/status", timeout=2.0)
-        except OSError:
-            return -1
-        if status != 200:
+            topology = json.loads(body)["Topology"] if status == 200 else {}
+        except (OSError, ValueError, KeyError):  # down, or answering before it is ready
             return -1
         nodes = [
             node
-            for center in json.loads(body)["Topology"].get("DataCenters") or []
+            for center in topology.get("DataCenters") or []
             for rack in center.get("Racks") or []
             for node in rack.get("DataNodes") or []
         ]
