@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import simplejpeg
 
+from s3server import FaultProxy, S3Bucket, S3Server, bucket_name_for, find_weed
 from torchloom.testing import PlantedFaults, synthetic_image, write_class_folders
 
 
@@ -94,3 +95,32 @@ def clean_folders(tmp_path: Path) -> Path:
     root = tmp_path / "clean"
     write_class_folders(root, [10, 6], size=(48, 48), progress=False)
     return root
+
+
+# -- a real S3 server (SeaweedFS) and a fault-injecting proxy, for the object-store tests --------
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """SeaweedFS on loopback, started once per session (once per worker under pytest-xdist: each
+    has its own temporary directory and ports) and stopped at its end."""
+    pytest.importorskip("s3fs", reason="the S3 tests need s3fs (pip install torchloom[s3])")
+    try:
+        find_weed()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    """A fresh FaultProxy in front of ``s3_server``: no latency, no faults, zero counts."""
+    with FaultProxy(s3_server.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> S3Bucket:
+    """A fresh bucket on ``s3_server`` named after the test, unique within the session."""
+    return s3_server.make_bucket(bucket_name_for(request.node.name))
