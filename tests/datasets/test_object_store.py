@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import simplejpeg
-from s3proxy import FaultProxy
-from s3server import S3Bucket, S3Server
 from torch.utils.data import DataLoader
 
+from s3proxy import FaultProxy
+from s3server import S3Bucket, S3Server
 from torchloom import FaultReport, FolderDataset, Image, Label, ManifestDataset, collate
 from torchloom.errors import MissingFileError, ObjectChangedError, PathOutsideRootError, UnreadableFileError
 from torchloom.faults import Skipped
@@ -44,7 +44,10 @@ def store_for(proxy: FaultProxy, **settings: Any) -> ObjectStore:
 def manifest(bucket: S3Bucket, store: ObjectStore, **options: Any) -> ManifestDataset:
     options.setdefault("progress", False)
     return ManifestDataset(
-        bucket.url_of("train/manifest.csv"), fields=[Image("file"), Label("label")], storage_options=store, **options
+        bucket.url_of("train/manifest.csv"),
+        fields=[Image("file"), Label("label")],
+        storage_options=store,
+        **options,
     )
 
 
@@ -136,15 +139,15 @@ def test_throttling_resets_and_stalls_are_retried_and_counted(
     store = ObjectStore(options, backoff=0.01)
     dataset = manifest(s3_bucket, store, validate="none")
     s3_proxy.fail_next(3, 503, "SlowDown", path_glob="*/cat/*")
-    s3_proxy.drop_next(2, path_glob="*/dog/*")
-    s3_proxy.fail_next(1, 500, "InternalError", path_glob="*/dog/*")
+    s3_proxy.drop_next(2, path_glob="*/dog/001.jpg")  # aiohttp resends once after a reset, unseen
+    s3_proxy.fail_next(1, 500, "InternalError", path_glob="*/dog/003.jpg")
     batch = collate(dataset.__getitems__([0, 1, 2, 3]))
     assert batch["image"].shape[0] == 4
     s3_proxy.stall_next(1, 3.0, path_glob="*/cat/000.jpg")
     assert dataset[0]["image"].shape == (3, 24, 24)
     retried = store.stats.retried
     assert retried["SlowDown"] == 3 and retried["InternalError"] == 1
-    assert retried["connection lost"] == 2 and retried["timeout"] == 1
+    assert retried["connection lost"] == 1 and retried["timeout"] == 1, retried
     assert "retried:" in store.stats.summary() and not store.stats.failed
 
 
@@ -155,7 +158,7 @@ def test_a_store_that_keeps_failing_is_a_typed_error_or_a_reported_skip(
     store = store_for(s3_proxy, retries=2)
     raising = manifest(s3_bucket, store, validate="none")
     s3_proxy.fail_next(3, 503, "SlowDown", path_glob="*/cat/000.jpg")
-    with pytest.raises(Exception, match="cat/000.jpg") as caught:
+    with pytest.raises(Exception, match=r"cat/000\.jpg") as caught:
         raising[0]
     assert isinstance(caught.value.__cause__, UnreadableFileError)
     assert "failed 3 times (SlowDown" in str(caught.value.__cause__)
@@ -195,11 +198,11 @@ def test_an_object_rewritten_since_indexing_is_named_never_mixed_in(
     fs.pipe(s3_bucket.path(keys[1]), jpeg(100, size=32))  # another size
     original = fs.cat(s3_bucket.path(keys[2]))
     fs.pipe(s3_bucket.path(keys[2]), original[:-2] + b"\x00\xd9")  # same size, other bytes: another ETag
-    with pytest.raises(Exception, match="001.jpg") as resized:
+    with pytest.raises(Exception, match=r"001\.jpg") as resized:
         dataset[1]
     assert isinstance(resized.value.__cause__, ObjectChangedError)
     assert "bytes when indexed" in str(resized.value.__cause__)
-    with pytest.raises(Exception, match="002.jpg") as rewritten:
+    with pytest.raises(Exception, match=r"002\.jpg") as rewritten:
         dataset[2]
     assert isinstance(rewritten.value.__cause__, ObjectChangedError)
     assert "ETag" in str(rewritten.value.__cause__)
@@ -239,5 +242,5 @@ def test_dataloader_workers_read_every_sample_once_from_the_store(
 
 
 def test_a_missing_manifest_names_its_url(s3_server: S3Server, s3_bucket: S3Bucket) -> None:
-    with pytest.raises(MissingFileError, match="manifest.csv' is not in the store"):
+    with pytest.raises(MissingFileError, match=r"manifest\.csv' is not in the store"):
         manifest(s3_bucket, ObjectStore(s3_server.storage_options))

@@ -272,7 +272,7 @@ def test_reopenable_name_opens_the_file_held_even_after_the_path_changed(tmp_pat
 @pytest.mark.parametrize("url", ["nosuchstore://bucket/cat/1.jpg", "file:///x"])
 def test_a_url_no_store_serves_is_refused_with_a_typed_error(url: str) -> None:
     for read in (*READS.values(), file_info, read_image, read_volume, lambda url: read_table(url + ".csv")):
-        with pytest.raises(UnsupportedURLError, match="cannot reach nosuchstore:// URLs|is a file:// URL"):
+        with pytest.raises(UnsupportedURLError, match=r"cannot reach nosuchstore:// URLs|is a file:// URL"):
             read(url)
     assert isinstance(UnsupportedURLError("x"), ConfigError)
 
@@ -283,7 +283,7 @@ def test_an_s3_url_without_credentials_names_the_fix(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(UnreadableFileError, match="access denied \\(no credentials\\).*storage_options"):
+    with pytest.raises(UnreadableFileError, match=r"access denied \(no credentials\).*storage_options"):
         read_bytes("s3://bucket/cat/1.jpg")
 
 
