@@ -33,6 +33,7 @@ from torchloom.datasets.fields import CompiledField, Field, FieldContext, Image,
 from torchloom.datasets.folder import FolderDataset
 from torchloom.datasets.hyperspectral import HyperspectralDataset, open_cube
 from torchloom.datasets.index import DatasetReport, SampleIndex, StringColumn
+from torchloom.datasets.listing import ObjectEntry, PrefixListing
 from torchloom.datasets.manifest import ManifestDataset
 from torchloom.datasets.mixed import MixedDataset
 from torchloom.datasets.options import IndexingOptions, SampleOptions
@@ -41,6 +42,7 @@ from torchloom.datasets.spatial_split import spatial_block_split
 from torchloom.datasets.table import TableDataset
 from torchloom.datasets.video import VIDEO_EXTENSIONS, VideoClipDataset
 from torchloom.datasets.volume import VOLUME_EXTENSIONS, VolumeDataset
+from torchloom.datasets.walk import FolderEntry
 from torchloom.datasets.window import WindowDataset
 from torchloom.errors import (
     EmptyDatasetError,
@@ -79,6 +81,7 @@ __all__ = [
     "FieldContext",
     "FieldNotFoundError",
     "FolderDataset",
+    "FolderEntry",
     "HyperspectralDataset",
     "Image",
     "IndexingOptions",
@@ -89,7 +92,9 @@ __all__ = [
     "ManifestError",
     "MixedDataset",
     "Numeric",
+    "ObjectEntry",
     "PathOutsideRootError",
+    "PrefixListing",
     "SampleIndex",
     "SampleIndexError",
     "SampleOptions",

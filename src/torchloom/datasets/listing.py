@@ -10,6 +10,7 @@ class folders) to a bucket as to a disk. Each object's size and ETag go to the d
 
 Example:
     >>> import fsspec
+    >>> from torchloom.datasets import PrefixListing
     >>> from torchloom.io import ObjectRoot, ObjectStore
     >>> for key in ("cat/1.jpg", "cat/2.jpg", "dog/3.jpg", ".DS_Store"):
     ...     fsspec.filesystem("memory").pipe(f"memory://listed/train/{key}", b"x")
@@ -52,6 +53,14 @@ class PrefixListing:
     """Every object below ``root``, listed once, served folder by folder (a walk's lister).
 
     Raises :class:`~torchloom.errors.MissingFileError` when nothing lies below the root.
+
+    Example:
+        >>> import fsspec
+        >>> from torchloom.io import ObjectRoot, ObjectStore
+        >>> fsspec.filesystem("memory").pipe("memory://one/set/a/b.jpg", b"x")
+        >>> listing = PrefixListing(ObjectRoot("memory://one/set", ObjectStore()), progress=False)
+        >>> [(entry.name, entry.is_dir()) for entry in listing("memory://one/set/a")]
+        [('b.jpg', False)]
     """
 
     def __init__(self, root: ObjectRoot, *, progress: bool = True) -> None:

@@ -71,7 +71,16 @@ class Exclusion(NamedTuple):
 
 
 class FolderEntry(Protocol):
-    """One entry of a folder listing (``os.DirEntry`` is one)."""
+    """One entry of a folder listing (``os.DirEntry`` is one, an object store's
+    :class:`~torchloom.datasets.ObjectEntry` another).
+
+    Example:
+        >>> import os
+        >>> from torchloom.datasets import FolderEntry
+        >>> entry: FolderEntry = next(iter(os.scandir(os.path.dirname(os.__file__))))
+        >>> isinstance(entry.name, str)
+        True
+    """
 
     @property
     def name(self) -> str: ...

@@ -18,7 +18,7 @@ from torchloom.io.files import FileBackend, FileInfo, LocalFiles, file_info, ope
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
 from torchloom.io.objects import ObjectRoot, ObjectStore
-from torchloom.io.store_requests import StoreStats
+from torchloom.io.store_requests import Fetched, StoreStats
 from torchloom.io.table import read_table
 from torchloom.io.video import VideoClip, VideoHeader, probe_video, read_frame_numbers, read_frames
 from torchloom.io.video_orientation import DisplayOrientation
@@ -33,6 +33,7 @@ __all__ = [
     "DisplayOrientation",
     "EnviCube",
     "EnviHeader",
+    "Fetched",
     "FileBackend",
     "FileInfo",
     "Hdf5Cube",

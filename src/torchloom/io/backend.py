@@ -4,6 +4,7 @@
 :mod:`torchloom.io.files` picks one per path.
 
 Example:
+    >>> from torchloom.io import FileInfo
     >>> FileInfo(size=3, modified_ns=0).size
     3
 """

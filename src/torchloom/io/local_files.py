@@ -7,7 +7,8 @@ Example:
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "a.bin")
     >>> _ = open(path, "wb").write(b"abc")
-    >>> LOCAL_FILES.read_range(path, 1, 5, inside=None)
+    >>> from torchloom.io import LocalFiles
+    >>> LocalFiles().read_range(path, 1, 5, inside=None)
     b'bc'
 """
 

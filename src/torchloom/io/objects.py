@@ -22,6 +22,7 @@ first read it (:class:`~torchloom.errors.ObjectChangedError`).
 
 Example:
     >>> import fsspec
+    >>> from torchloom.io import ObjectRoot, ObjectStore
     >>> memory = fsspec.filesystem("memory")
     >>> memory.pipe("memory://shop/photos/cat/1.jpg", b"0123456789")
     >>> root = ObjectRoot("memory://shop/photos", ObjectStore())
@@ -113,6 +114,7 @@ class ObjectStore:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        #: Requests, retries, failures and bytes received in this process (each process its own).
         self.stats = StoreStats()
         self._filesystems: dict[tuple[int, str], Any] = {}
         self._lock = threading.Lock()

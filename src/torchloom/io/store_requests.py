@@ -10,8 +10,11 @@ S3 error code it carries or by its type, whichever library raised it (s3fs turns
 ``OSError`` with the original chained; botocore and aiohttp raise their own).
 
 Example:
-    >>> classify(FileNotFoundError("no such key")), classify(TimeoutError("read timed out"))
-    (('missing', 'FileNotFoundError'), ('transient', 'timeout'))
+    >>> from torchloom.io import StoreStats
+    >>> stats = StoreStats()
+    >>> stats.count("ranged get", 512); stats.count_retry("SlowDown")
+    >>> stats.requests["ranged get"], stats.retried["SlowDown"]
+    (1, 1)
 """
 
 from __future__ import annotations
