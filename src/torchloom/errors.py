@@ -337,11 +337,8 @@ class TransformError(TorchloomError, TypeError):
 
 
 class EmptyDatasetError(TorchloomError, ValueError):
-    """A dataset found no usable samples.
-
-    Raised by the folder and manifest datasets, :class:`~torchloom.datasets.HyperspectralDataset` and the
-    decoded cache's build when nothing usable is left.
-    """
+    """A dataset found no usable samples. Raised by the folder and manifest datasets,
+    :class:`~torchloom.datasets.HyperspectralDataset` and the decoded cache's build."""
 
 
 class ValidationFailedError(TorchloomError, ValueError):
@@ -374,39 +371,29 @@ class CacheError(TorchloomError):
 
 class StaleCacheError(CacheError):
     """The inputs (files' sizes and times, the file list) or the settings changed since the cache
-    was built, and ``rebuild=False`` forbids rebuilding it; says what changed.
-
-    Raised by :class:`~torchloom.DecodedCache` when it opens a cache whose fingerprint no longer matches
-    its dataset; rebuild it (``rebuild=True``).
+    was built, and ``rebuild=False`` forbids rebuilding it; says what changed. Raised by
+    :class:`~torchloom.DecodedCache` when it opens the cache; rebuild it (``rebuild=True``).
     """
 
 
 class CorruptCacheError(CacheError):
     """A cache file is missing, truncated or altered (its checksum differs); names the file.
-
-    Raised by :class:`~torchloom.DecodedCache` when it opens or reads a damaged cache.
-    """
+    Raised by :class:`~torchloom.DecodedCache` when it opens or reads a damaged cache."""
 
 
 class NotACacheError(CacheError):
     """The cache path holds something that is not a torchloom cache; it is never overwritten.
-
-    Raised by :class:`~torchloom.DecodedCache` for a cache path that holds other files.
-    """
+    Raised by :class:`~torchloom.DecodedCache` for a cache path that holds other files."""
 
 
 class CacheSpaceError(CacheError):
     """``location="memory"`` asked for more shared memory than is free; says both sizes.
-
-    Raised by :class:`~torchloom.DecodedCache` (``location="memory"``) when it builds.
-    """
+    Raised by :class:`~torchloom.DecodedCache` (``location="memory"``) when it builds."""
 
 
 class StateMismatchError(TorchloomError, ValueError):
     """A checkpoint does not fit the object it is loaded into; names the field and both values.
-
-    Raised by every ``load_state_dict`` of torchloom's samplers, streams and loader.
-    """
+    Raised by every ``load_state_dict`` of torchloom's samplers, streams and loader."""
 
 
 class SkippedSampleError(TorchloomError, TypeError):
@@ -419,9 +406,7 @@ class SkippedSampleError(TorchloomError, TypeError):
 
 class JoinError(TorchloomError, ValueError):
     """Sources cannot be joined: duplicate keys, key types that differ, a source without keys.
-
-    Raised by :class:`~torchloom.fusion.JoinedDataset` at construction.
-    """
+    Raised by :class:`~torchloom.fusion.JoinedDataset` at construction."""
 
 
 class TimestampError(TorchloomError, ValueError):
@@ -435,10 +420,8 @@ class TimestampError(TorchloomError, ValueError):
 
 
 class MissingPlotError(TorchloomError, ImportError):
-    """matplotlib (the ``plot`` extra) is not installed.
-
-    Raised by :func:`~torchloom.tools.show.draw_grid` and the plots of ``show`` and ``bench``.
-    """
+    """matplotlib (the ``plot`` extra) is not installed. Raised by
+    :func:`~torchloom.tools.show.draw_grid` and the plots of ``show`` and ``bench``."""
 
 
 class HeaderError(DecodeError):
