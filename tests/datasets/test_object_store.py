@@ -4,6 +4,7 @@ rewritten mid-epoch, a volume server that dies and comes back."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from s3server import S3Bucket, S3Server
 from torchloom import FaultReport, FolderDataset, Image, Label, ManifestDataset, collate
 from torchloom.errors import MissingFileError, ObjectChangedError, PathOutsideRootError, UnreadableFileError
 from torchloom.faults import Skipped
-from torchloom.io import ObjectStore
+from torchloom.io import ObjectCache, ObjectStore
 from torchloom.testing import synthetic_image
 
 CLASSES = ("cat", "dog")
@@ -244,3 +245,42 @@ def test_dataloader_workers_read_every_sample_once_from_the_store(
 def test_a_missing_manifest_names_its_url(s3_server: S3Server, s3_bucket: S3Bucket) -> None:
     with pytest.raises(MissingFileError, match=r"manifest\.csv' is not in the store"):
         manifest(s3_bucket, ObjectStore(s3_server.storage_options))
+
+
+def test_an_object_cache_serves_the_second_epoch_and_asks_the_store_in_a_new_process(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    fs = s3_server.filesystem()
+    keys = put_images(fs, s3_bucket, 8)
+    cache = ObjectCache(tmp_path / "objects", max_bytes=1 << 20)
+    dataset = manifest(s3_bucket, store_for(s3_proxy, cache=cache), validate="none")
+    first = collate(dataset.__getitems__(list(range(8))))
+    s3_proxy.reset_counts()
+    again = collate(dataset.__getitems__(list(range(8))))
+    assert s3_proxy.requests.total == 0  # every ETag known, every object kept
+    assert (again["image"] == first["image"]).all()
+    # A new store and dataset (another process, a later run): one conditional GET each, no bytes.
+    store = store_for(s3_proxy, cache=ObjectCache(tmp_path / "objects", max_bytes=1 << 20))
+    later = manifest(s3_bucket, store, validate="none")
+    fs.pipe(s3_bucket.path(keys[3]), jpeg(50))  # rewritten: the store sends it anew
+    s3_proxy.reset_counts()
+    batch = collate(later.__getitems__(list(range(8))))
+    assert s3_proxy.requests.object_gets == 8
+    assert store.stats.requests["conditional get"] == 8 + 1  # and the manifest, kept too
+    assert store.stats.bytes == len(fs.cat(s3_bucket.path(keys[3])))
+    assert not (batch["image"][3] == first["image"][3]).all()  # the new version, not the kept one
+    assert (batch["image"][:3] == first["image"][:3]).all()
+
+
+def test_an_object_cache_stays_under_max_bytes(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    fs = s3_server.filesystem()
+    put_images(fs, s3_bucket, 12)
+    one = len(fs.cat(s3_bucket.path("train/cat/000.jpg")))
+    cache = ObjectCache(tmp_path / "objects", max_bytes=4 * one)
+    dataset = manifest(s3_bucket, store_for(s3_proxy, cache=cache), validate="none", on_error="raise")
+    for i in range(12):
+        dataset[i]
+    assert 0 < cache.size() <= 4 * one + one  # evicted in steps of max_bytes / 16, past the bound
+    assert cache.evict() >= 0 and cache.size() <= 4 * one

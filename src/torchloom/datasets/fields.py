@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from torchloom.datasets.index import StringColumn
 from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
 from torchloom.io.files import is_url, lies_inside
-from torchloom.io.object_urls import join_url, outside_reason
+from torchloom.io.object_urls import join_url, normal_url, outside_reason
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
@@ -159,12 +159,11 @@ class Image:
 def _resolve_key(row: int, value: str, context: FieldContext) -> str:
     """The URL of ``value`` (a key relative to the root URL, or a URL inside it), refused when it
     leads outside the root (:mod:`torchloom.io.object_urls` says how a key can)."""
-    if context.allow_outside_root:
-        return value if is_url(value) else join_url(context.root, value)
-    why = outside_reason(value, context.root)
-    if why is not None:
-        raise PathOutsideRootError(row, value, context.root, why)
-    return value if is_url(value) else join_url(context.root, value)
+    if not context.allow_outside_root:
+        why = outside_reason(value, context.root)
+        if why is not None:
+            raise PathOutsideRootError(row, value, context.root, why)
+    return normal_url(value) if is_url(value) else join_url(context.root, value)
 
 
 def _real_path(path: str, real_folders: dict[str, str]) -> str:

@@ -65,6 +65,8 @@ class FolderDataset(IndexedDataset):
 
     root: str
 
+    reads_whole_files = True
+
     def __init__(
         self,
         root: str | os.PathLike[str],

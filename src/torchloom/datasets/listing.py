@@ -65,13 +65,17 @@ class PrefixListing:
 
     def __init__(self, root: ObjectRoot, *, progress: bool = True) -> None:
         self.root = root.url
-        objects = root.store.list_below(root.url, progress=progress)
+        try:
+            objects = root.store.list_below(root.url, progress=progress)
+        except MissingFileError:
+            objects = []  # s3fs says a prefix with nothing below it is not there
         if not objects:
             raise MissingFileError(
                 f"{root.url!r} holds no objects: check the bucket and prefix (and storage_options' "
                 "endpoint and credentials)"
             )
-        folders: dict[str, dict[str, ObjectEntry]] = {}
+        # Keyed by name and kind: an object "cat" beside the prefix "cat/" is two entries.
+        folders: dict[str, dict[tuple[str, bool], ObjectEntry]] = {}
         for item in objects:
             url = item["name"]
             root.expect(url, item["size"], item["etag"])
@@ -79,9 +83,10 @@ class PrefixListing:
             *prefixes, name = relative_key(url, self.root).split("/")
             for prefix in prefixes:
                 below = f"{parent}/{prefix}"
-                folders.setdefault(parent, {}).setdefault(prefix, ObjectEntry(prefix, below, folder=True))
+                entry = ObjectEntry(prefix, below, folder=True)
+                folders.setdefault(parent, {}).setdefault((prefix, True), entry)
                 parent = below
-            folders.setdefault(parent, {})[name] = ObjectEntry(name, url, folder=False)
+            folders.setdefault(parent, {})[(name, False)] = ObjectEntry(name, url, folder=False)
         self._folders = {
             folder: sorted(entries.values(), key=_name_of) for folder, entries in folders.items()
         }

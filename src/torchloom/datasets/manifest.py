@@ -81,6 +81,8 @@ class ManifestDataset(IndexedDataset):
         (torch.Size([3, 8, 8]), 0, [1.5])
     """
 
+    reads_whole_files = True
+
     def __init__(
         self,
         manifest: str | os.PathLike[str] | pa.Table,

@@ -17,6 +17,7 @@ from torchloom.io.envi_header import EnviHeader
 from torchloom.io.files import FileBackend, FileInfo, LocalFiles, file_info, open_file, read_bytes, read_range
 from torchloom.io.hdf5 import Hdf5Cube, read_hdf5_array
 from torchloom.io.image import DEFAULT_MAX_PIXELS, ImageHeader, decode_image, probe_image, read_image
+from torchloom.io.object_cache import ObjectCache
 from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.io.store_requests import Fetched, StoreStats
 from torchloom.io.table import read_table
@@ -41,6 +42,7 @@ __all__ = [
     "ImageHeader",
     "LocalFiles",
     "MissingFileError",
+    "ObjectCache",
     "ObjectChangedError",
     "ObjectRoot",
     "ObjectStore",

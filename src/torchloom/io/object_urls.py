@@ -9,7 +9,8 @@ key, read segment by segment, starts with the root's segments and climbs nowhere
   a ``\\`` behind ``%2f`` or ``%5c``, is refused: some stores and proxies decode keys before they
   look them up, so such a key can name another object than the one checked;
 - an empty segment (``a//b``) and a key starting with ``/`` are refused: stores differ on whether
-  they name the same object as ``a/b``;
+  they name the same object as ``a/b``; so is ``?versionId=`` in a key, which s3fs reads as a
+  version of another object;
 - a URL of another scheme, another bucket or outside the prefix is outside the root.
 
 Example:
@@ -30,6 +31,8 @@ from torchloom.errors import ConfigError
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # Spellings of one protocol that name the same store (fsspec registers both for s3fs).
 _SAME_STORE = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
+# The spellings fsspec serves with the very same filesystem and options.
+_ONE_SPELLING = {"s3a": "s3", "gcs": "gs"}
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -61,6 +64,21 @@ def root_url(url: str) -> str:
     if why is not None:
         raise ConfigError(f"dataset root {url!r} {why}: give the prefix plainly, e.g. s3://bucket/train")
     return f"{scheme}://{rest}"
+
+
+def normal_url(url: str) -> str:
+    """``url`` with its scheme lower-cased and one spelling per store (``S3://b/k`` and
+    ``s3a://b/k`` -> ``s3://b/k``), so that one object has one name.
+
+    Example:
+        >>> normal_url("S3://bucket/Cat/1.jpg")
+        's3://bucket/Cat/1.jpg'
+    """
+    match = _SCHEME.match(url)
+    if match is None:
+        return url
+    scheme = match.group(1).lower()
+    return f"{_ONE_SPELLING.get(scheme, scheme)}://{url[match.end() :]}"
 
 
 def join_url(root: str, key: str) -> str:
@@ -133,4 +151,6 @@ def _segments_problem(key: str) -> str | None:
             return "hides a '/' or '\\' in a percent-encoded segment"
         if decoded != segment and unquote(decoded) in (".", ".."):
             return "climbs with a doubly encoded '..'"
+        if "?versionId=" in segment:  # s3fs reads such a key as another object's version
+            return "names an object version ('?versionId=')"
     return None

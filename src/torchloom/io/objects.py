@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from torchloom.errors import (
     ConfigError,
+    DataError,
     DecodeError,
     MissingFileError,
     ObjectChangedError,
@@ -55,10 +56,12 @@ from torchloom.errors import (
     UnsupportedURLError,
 )
 from torchloom.io.backend import FileInfo, refuse_size
-from torchloom.io.object_urls import outside_reason, root_url, split_url
+from torchloom.io.object_cache import ObjectCache
+from torchloom.io.object_urls import normal_url, outside_reason, root_url, split_url
 from torchloom.io.store_requests import (
     DENIED,
     MISSING,
+    NOT_MODIFIED,
     PAST_END,
     TRANSIENT,
     Fetched,
@@ -84,6 +87,8 @@ class ObjectStore:
         retries: further attempts of a request that failed for a reason another may fix (default 6).
         backoff: the longest first wait, in seconds, doubled each attempt (default 0.1).
         max_backoff: the longest wait (default 10 s).
+        cache: an :class:`~torchloom.io.ObjectCache` that keeps whole objects on a local disk
+            (default None: every read goes to the store).
 
     Example:
         >>> store = ObjectStore({"anon": True}, max_in_flight=16)
@@ -99,6 +104,7 @@ class ObjectStore:
         retries: int = 6,
         backoff: float = 0.1,
         max_backoff: float = 10.0,
+        cache: ObjectCache | None = None,
     ) -> None:
         if storage_options is not None and not isinstance(storage_options, Mapping):
             given = type(storage_options).__name__
@@ -114,6 +120,7 @@ class ObjectStore:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.cache = cache
         #: Requests, retries, failures and bytes received in this process (each process its own).
         self.stats = StoreStats()
         self._filesystems: dict[tuple[int, str], Any] = {}
@@ -161,7 +168,7 @@ class ObjectStore:
             fs.retries = 1  # s3fs's wrapper: one attempt, the rest are ours (an instance of our own)
         return fs
 
-    def get(self, url: str, start: int = 0, end: int | None = None) -> Fetched:
+    def get(self, url: str, start: int = 0, end: int | None = None, *, etag: str | None = None) -> Fetched:
         """Bytes ``start`` to ``end`` (exclusive; None: to the end) of the object at ``url``, in
         one GET (more only to retry); past the end, empty.
 
@@ -172,9 +179,11 @@ class ObjectStore:
             b'cd'
         """
         fs = self.filesystem(url)
-        return self._run(fs, self._get(fs, url, start, end))
+        return self._run(fs, self._get(fs, url, start, end, etag))
 
-    def get_many(self, requests: Sequence[tuple[str, int, int | None]]) -> list[Fetched | Exception]:
+    def get_many(
+        self, requests: Sequence[tuple[str, int, int | None]], etags: Sequence[str | None] | None = None
+    ) -> list[Fetched | Exception]:
         """:meth:`get` of every ``(url, start, end)``, ``max_in_flight`` at a time: each result in
         its request's place, a request's error in place of its bytes (a bug still raises).
 
@@ -187,18 +196,24 @@ class ObjectStore:
         """
         if not requests:
             return []
-        fs = self.filesystem(requests[0][0])
+        fs = self.filesystem(requests[0][0])  # the loop; each request is served by its own scheme's
 
-        async def one(url: str, start: int, end: int | None, gate: asyncio.Semaphore) -> Fetched | Exception:
+        known = list(etags) if etags is not None else [None] * len(requests)
+
+        async def one(
+            url: str, start: int, end: int | None, etag: str | None, gate: asyncio.Semaphore
+        ) -> Fetched | Exception:
             async with gate:
                 try:
-                    return await self._get(fs, url, start, end)
-                except (OSError, UnsupportedURLError) as exc:
+                    return await self._get(self.filesystem(url), url, start, end, etag)
+                except (OSError, DataError, UnsupportedURLError) as exc:
                     return exc
 
         async def every() -> list[Fetched | Exception]:
             gate = asyncio.Semaphore(self.max_in_flight)  # made on the loop that awaits it
-            return list(await asyncio.gather(*(one(url, start, end, gate) for url, start, end in requests)))
+            pairs = zip(requests, known, strict=True)
+            work = (one(url, start, end, etag, gate) for (url, start, end), etag in pairs)
+            return list(await asyncio.gather(*work))
 
         return self._run(fs, every())
 
@@ -257,11 +272,12 @@ class ObjectStore:
 
                 for items in await asyncio.gather(*(one(name) for name in below)):
                     found += items
+            # A key ending in '/' is a folder marker (the S3 console's "Create folder"), not data.
             objects = [
                 {"name": f"{scheme}://{str(item['name']).lstrip('/')}", "size": item.get("size"),
                  "etag": item.get("ETag")}
                 for item in found
-                if item.get("type") != "directory"
+                if item.get("type") != "directory" and not str(item["name"]).endswith("/")
             ]
             return sorted(objects, key=lambda item: item["name"])
 
@@ -269,10 +285,38 @@ class ObjectStore:
 
     # -- how each request is made ------------------------------------------------------------
 
-    async def _get(self, fs: Any, url: str, start: int, end: int | None) -> Fetched:
+    async def _get(
+        self, fs: Any, url: str, start: int, end: int | None, etag: str | None = None
+    ) -> Fetched:
+        if self.cache is not None and start == 0:
+            return await self._get_cached(fs, url, end, etag, self.cache)
+        return await self._get_fresh(fs, url, start, end)
+
+    async def _get_cached(
+        self, fs: Any, url: str, end: int | None, etag: str | None, cache: ObjectCache
+    ) -> Fetched:
+        """A whole object from ``cache`` when it holds the version ``etag`` (no request), or the
+        version the store confirms with a conditional GET (a ``304``), else from the store (kept)."""
+        data = await asyncio.to_thread(cache.get, url, etag=etag)
+        if data is not None:
+            self.stats.count("cache hit")
+            return Fetched(data, len(data), etag)
+        kept = None if etag is not None or not _speaks_s3(fs) else await asyncio.to_thread(cache.newest, url)
+        fetched = await self._get_fresh(fs, url, 0, end, unless=kept[0] if kept else None)
+        if fetched.not_modified and kept is not None:
+            return Fetched(kept[1], len(kept[1]), kept[0])
+        if fetched.etag is not None and (end is None or len(fetched.data) < end):
+            await asyncio.to_thread(cache.put, url, fetched.data, etag=fetched.etag)
+        return fetched
+
+    async def _get_fresh(
+        self, fs: Any, url: str, start: int, end: int | None, unless: str | None = None
+    ) -> Fetched:
         kind = "get" if start == 0 and end is None else "ranged get"
-        if hasattr(fs, "_call_s3") and hasattr(fs, "split_path"):
-            fetched: Fetched = await self._attempts(url, kind, lambda: s3_get(fs, url, start, end))
+        if unless is not None:
+            kind = "conditional get"
+        if _speaks_s3(fs):
+            fetched: Fetched = await self._attempts(url, kind, lambda: s3_get(fs, url, start, end, unless))
         else:
             data = await self._call(fs, kind, url, fs.cat_file, url, start=start, end=end)
             fetched = Fetched(data)
@@ -294,6 +338,8 @@ class ObjectStore:
                 category, why = classify(exc)
                 if category == PAST_END:
                     return Fetched(b"")  # type: ignore[return-value]  # a range past the end: nothing
+                if category == NOT_MODIFIED:
+                    return Fetched(b"", not_modified=True)  # type: ignore[return-value]
                 if category == TRANSIENT and attempt < self.retries:
                     self.stats.count_retry(why)
                     longest = min(self.max_backoff, self.backoff * 2**attempt)
@@ -314,9 +360,9 @@ class ObjectStore:
             return UnreadableFileError(
                 url, f"the store failed {attempts} times ({why}, last: {exc}); it may be overloaded or down"
             )
-        if isinstance(exc, OSError):
-            return UnreadableFileError(url, f"{type(exc).__name__}: {exc}")
-        return exc  # not the store's failure: a bug, raised as it is
+        # Whatever else the store's library raised (botocore's ParamValidationError for a key it
+        # cannot send, say) is this object's failure, typed and named, not the whole batch's.
+        return UnreadableFileError(url, f"{type(exc).__name__}: {exc}")
 
     def _run(self, fs: Any, work: Awaitable[T]) -> T:
         loop = getattr(fs, "loop", None) if getattr(fs, "async_impl", False) else None
@@ -325,6 +371,11 @@ class ObjectStore:
 
 async def _awaited(work: Awaitable[T]) -> T:
     return await work
+
+
+def _speaks_s3(fs: Any) -> bool:
+    """Whether ``fs`` is s3fs, whose ``get_object`` calls give a response's ETag and size."""
+    return hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
 
 
 class ObjectRoot:
@@ -373,23 +424,27 @@ class ObjectRoot:
             self._seen[url] = (size, etag)
 
     def read(self, path: str, *, inside: str | None, max_bytes: int | None, too_large: str | None) -> bytes:
+        path = normal_url(path)
         self._check(path)
-        fetched = self.store.get(path, 0, None if max_bytes is None else max_bytes + 1)
+        fetched = self.store.get(path, 0, None if max_bytes is None else max_bytes + 1, etag=self._etag(path))
         if max_bytes is not None and len(fetched.data) > max_bytes:
             raise refuse_size(path, fetched.size, max_bytes, too_large)
         return self.checked(path, fetched).data
 
     def read_range(self, path: str, offset: int, length: int, *, inside: str | None) -> bytes:
+        path = normal_url(path)
         self._check(path)
-        if length == 0:
-            return self.store.get(path, offset, offset + 1).data[:0]
+        if length == 0:  # a check that it is there: one byte, whose response names the version
+            return self.checked(path, self.store.get(path, offset, offset + 1)).data[:0]
         return self.checked(path, self.store.get(path, offset, offset + length)).data
 
     def open(self, path: str, *, inside: str | None) -> BinaryIO:
+        path = normal_url(path)
         self._check(path)
         return self.store.open(path)
 
     def info(self, path: str) -> FileInfo:
+        path = normal_url(path)
         self._check(path)
         return self.store.info(path)
 
@@ -411,6 +466,7 @@ class ObjectRoot:
         requests: list[tuple[str, int, int | None]] = []
         places: list[int] = []
         for place, path in enumerate(paths):
+            path = normal_url(path)
             try:
                 self._check(path)
             except UnsafeFileError as exc:
@@ -418,7 +474,8 @@ class ObjectRoot:
                 continue
             requests.append((path, 0, None if max_bytes is None else max_bytes + 1))
             places.append(place)
-        for place, (path, _, _), fetched in zip(places, requests, self.store.get_many(requests), strict=True):
+        fetched_all = self.store.get_many(requests, [self._etag(path) for path, _, _ in requests])
+        for place, (path, _, _), fetched in zip(places, requests, fetched_all, strict=True):
             try:
                 if isinstance(fetched, Exception):
                     raise fetched
@@ -443,6 +500,11 @@ class ObjectRoot:
         if before == (None, None) and (fetched.size, fetched.etag) != (None, None):
             self.expect(url, fetched.size, fetched.etag)
         return fetched
+
+    def _etag(self, url: str) -> str | None:
+        """The ETag ``url`` had when first seen, if known."""
+        with self._seen_lock:
+            return self._seen.get(url, (None, None))[1]
 
     def _check(self, url: str) -> None:
         if not self.confined:

@@ -49,6 +49,7 @@ _TRANSIENT_TYPE_WORDS = re.compile(r"Timeout|Connection|Disconnected|IncompleteR
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 MISSING, DENIED, PAST_END, TRANSIENT, OTHER = "missing", "denied", "past end", "transient", "other"
+NOT_MODIFIED = "not modified"
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Fetched:
     data: bytes
     size: int | None = None
     etag: str | None = None
+    #: The store answered a conditional GET with ``304``: the version asked about is current.
+    not_modified: bool = False
 
 
 @dataclass
@@ -145,6 +148,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
     """
     for error in _chain(exc):
         code, status = _s3_code(error)
+        if status == 304 or code in ("304", "NotModified"):
+            return NOT_MODIFIED, "HTTP 304"
         if code in TRANSIENT_CODES:
             return TRANSIENT, code
         if status in TRANSIENT_STATUS:
@@ -194,9 +199,10 @@ def _s3_code(error: BaseException) -> tuple[str | None, int | None]:
     return (code if isinstance(code, str) else None), (status if isinstance(status, int) else None)
 
 
-async def s3_get(fs: Any, url: str, start: int, end: int | None) -> Fetched:
+async def s3_get(fs: Any, url: str, start: int, end: int | None, unless: str | None = None) -> Fetched:
     """Bytes ``start`` to ``end`` (exclusive; None: to the end) of an S3 object in one GET, with
-    the size and ETag its response names."""
+    the size and ETag its response names; with ``unless`` (an ETag), none when that version is
+    current (``If-None-Match``: the store answers 304)."""
     bucket, key, version = fs.split_path(url)
     extra: dict[str, str] = {}
     if end is not None:
@@ -205,6 +211,8 @@ async def s3_get(fs: Any, url: str, start: int, end: int | None) -> Fetched:
         extra["Range"] = f"bytes={start}-"
     if version:
         extra["VersionId"] = version
+    if unless is not None:
+        extra["IfNoneMatch"] = unless
     response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
     body = response["Body"]
     try:
