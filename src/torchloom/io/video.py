@@ -203,7 +203,7 @@ def _decode_clip(
         facts = stream_facts(path, container, stream)
         order = np.argsort(wanted, kind="stable")
         taken, decoded = take(container, stream, facts, [wanted[i].item() for i in order])
-        orientation = _shown(path, container, stream, handle, taken if display_rotation else [])
+        orientation = _shown(path, inside, container, stream, handle, taken if display_rotation else [])
         return _to_clip(path, taken, order, facts, decoded, orientation)
 
 
@@ -346,6 +346,7 @@ def _to_clip(
 
 def _shown(
     path: str | os.PathLike[str],
+    inside: str | None,
     container: InputContainer,
     stream: VideoStream,
     handle: BinaryIO,
@@ -354,4 +355,4 @@ def _shown(
     """The turn the frames ``taken`` are shown with; the identity where none is to be applied."""
     if not taken:
         return DisplayOrientation()
-    return shown_orientation(path, container, stream, handle.fileno(), taken[0])
+    return shown_orientation(path, container, stream, handle.fileno(), taken[0], inside=inside)
