@@ -21,8 +21,15 @@ from torch.utils.data import DataLoader
 from torchloom import FaultReport, SampleError, SampleKey, collate
 from torchloom.datasets import Manifest
 from torchloom.datasets.video import VideoClipDataset
-from torchloom.errors import DecodeError, TransformError, UnsafeFileError, ValidationFailedError
-from torchloom.io.video import frame_timestamps, probe_video, read_frames, require_av, slot_times
+from torchloom.errors import ConfigError, DecodeError, TransformError, UnsafeFileError, ValidationFailedError
+from torchloom.io.video import (
+    frame_timestamps,
+    probe_video,
+    read_frame_numbers,
+    read_frames,
+    require_av,
+    slot_times,
+)
 from torchloom.io.video_writer import write_video
 from video_files import decode_everything, numbered, numbers
 
@@ -103,6 +110,61 @@ def test_variable_frame_rate_indexes_frames_by_number_not_a_constant_rate(clips:
     np.testing.assert_array_equal(sample["timestamps"].numpy(), stamps[slots])
     times = slot_times(0.0, dataset.rates[0], slots)
     assert slots.tolist() != (np.searchsorted(stamps, times, side="right") - 1).tolist()  # the grid's
+
+
+class CountingDemux:
+    """A PyAV container that records each demux() call made on it: a read of packets, which
+    decoding (the container's own call) is not."""
+
+    def __init__(self, container: Any, calls: list[tuple[Any, ...]]) -> None:
+        self._container, self._calls = container, calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._container, name)
+
+    def __enter__(self) -> CountingDemux:
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._container.__exit__(*exc)
+
+    def demux(self, *streams: Any) -> Any:
+        self._calls.append(streams)
+        return self._container.demux(*streams)
+
+
+def count_demux_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    av, calls = require_av(), []
+    real_open = av.open
+    monkeypatch.setattr(av, "open", lambda *a, **k: CountingDemux(real_open(*a, **k), calls))
+    return calls
+
+
+def test_a_variable_rate_sample_seeks_to_its_frames_without_reading_every_packet(
+    clips: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = clips / "wave" / "vfr.mkv"
+    reference, stamps = decode_everything(path)
+    uniform = VideoClipDataset([path], frames=10, progress=False)
+    segments = VideoClipDataset([path], frames=6, sampling="random_segment", stride=3, progress=False)
+    begin, end = int(uniform.index.columns["ticks_from"][0]), int(uniform.index.columns["ticks_to"][0])
+    time_base = probe_video(path).time_base
+    kept = [float(ticks * time_base) for ticks in uniform.frame_ticks[begin:end].tolist()]
+    assert uniform.frame_ticks.dtype == np.int64 and np.array_equal(kept, stamps)  # kept at indexing
+    calls = count_demux_calls(monkeypatch)
+    slots = uniform.slots(0, np.random.default_rng())
+    sample = uniform[0]
+    for epoch in range(3):
+        segment = segments[SampleKey(0, epoch=epoch)]
+        shown = numbers(segment["video"])
+        np.testing.assert_array_equal(segment["video"].permute(0, 2, 3, 1).numpy(), reference[shown])
+    assert calls == []  # no packet read to find the frames: each sought at its timestamp
+    np.testing.assert_array_equal(sample["video"].permute(0, 2, 3, 1).numpy(), reference[slots])
+    np.testing.assert_array_equal(sample["timestamps"].numpy(), stamps[slots])
+    scanned = read_frame_numbers(path, slots)  # without the kept timestamps: every packet read
+    assert len(calls) == 1 and np.array_equal(scanned.frames, reference[slots])
+    with pytest.raises(ConfigError, match="frame_ticks must be a 1-D array of integer ticks"):
+        read_frame_numbers(path, slots, frame_ticks=np.zeros((2, 2)))
 
 
 def test_random_segment_is_reproducible_per_key_and_differs_across_epochs(clips: Path) -> None:

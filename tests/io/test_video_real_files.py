@@ -16,6 +16,7 @@ import torch
 from torchloom.datasets.video import VideoClipDataset
 from torchloom.errors import DecodeError, EmptyDatasetError
 from torchloom.io.video import probe_video, read_frame_numbers, read_frames, slot_times, verify_video
+from torchloom.io.video_ebml import projection_matrix
 from torchloom.io.video_orientation import TURNS, orientation_of_rotation
 from torchloom.io.video_writer import write_video
 from video_files import (
@@ -171,13 +172,17 @@ def test_a_stream_off_the_time_grid_is_counted_and_read_by_frame_number(
         read_frame_numbers(path, [shown])
 
 
+def codec_for(suffix: str) -> str:
+    return "libvpx-vp9" if suffix == ".webm" else "libx264"
+
+
 @pytest.mark.parametrize(("rotation", "turns"), [(90, 1), (-90, -1), (180, 2), (0, 0)])
-@pytest.mark.parametrize("suffix", [".mp4", ".mov"])
+@pytest.mark.parametrize("suffix", [".mp4", ".mov", ".mkv", ".webm"])
 def test_a_portrait_phone_video_comes_back_as_displayed(
     tmp_path: Path, suffix: str, rotation: int, turns: int
 ) -> None:
     path = tmp_path / f"phone{suffix}"
-    encode(path, 30, rotation=rotation)
+    encode(path, 30, rotation=rotation, codec=codec_for(suffix))
     stored, _ = decode_everything(path)
     header = probe_video(path)
     assert (header.height, header.width) == (48, 64)  # as stored
@@ -205,13 +210,15 @@ MIRRORS = {  # display matrix (FFmpeg's order) and the stored frames' axes as sh
 
 
 @pytest.mark.parametrize("name", sorted(MIRRORS))
-@pytest.mark.parametrize("suffix", [".mp4", ".mov"])
+@pytest.mark.parametrize("suffix", [".mp4", ".mov", ".mkv", ".webm"])
 def test_a_mirroring_display_matrix_is_shown_mirrored_not_turned(
     tmp_path: Path, suffix: str, name: str
 ) -> None:
     matrix, shown = MIRRORS[name]
     path = tmp_path / f"{name}{suffix}"
-    encode(path, 10, matrix=matrix)
+    encode(path, 10, matrix=matrix, codec=codec_for(suffix))
+    if suffix in (".mkv", ".webm"):  # FFmpeg writes the matrix as the track's projection pose
+        assert projection_matrix(path) == matrix
     stored, _ = decode_everything(path)
     np.testing.assert_array_equal(read_frames(path, [0.05, 0.55]).frames, shown(stored[[0, 5]]))
     np.testing.assert_array_equal(read_frames(path, [0.05], display_rotation=False).frames, stored[[0]])

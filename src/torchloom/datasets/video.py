@@ -12,6 +12,7 @@ from typing_extensions import Unpack
 from torchloom.datasets.base import Slot
 from torchloom.datasets.options import IndexingOptions
 from torchloom.datasets.sources import ProbedFileDataset, Source
+from torchloom.datasets.video_ticks import flat_frame_ticks
 from torchloom.errors import ConfigError, DataError, TransformError, check_choice
 from torchloom.io.files import Inside
 from torchloom.io.video import (
@@ -102,6 +103,10 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         (torch.Size([4, 3, 16, 16]), 0, [0.0, 0.6, 1.3, 1.9])
     """
 
+    #: The frame timestamps (stream ticks) of the clips read by frame number from seekable files,
+    #: end to end in one ``int64`` array; clip ``i``'s span is its ``ticks_from`` to ``ticks_to``.
+    frame_ticks: np.ndarray
+
     def __init__(
         self,
         source: Source,
@@ -132,12 +137,17 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
         return verify_video(path, inside=inside) if self.validate == "full" else header
 
     def header_columns(self, headers: list[VideoHeader]) -> dict[str, np.ndarray]:
+        """The header columns; keeps the frame timestamps of seekable streams read by number in
+        :attr:`frame_ticks`, each clip's span in the ``ticks_from``/``ticks_to`` columns."""
+        self.frame_ticks, ticks_from, ticks_to = flat_frame_ticks(headers)
         return {
             "frames": np.array([h.frames for h in headers], dtype=np.int64),
             "duration": np.array([h.duration for h in headers], dtype=np.float64),
             "rate": np.array([h.rate for h in headers], dtype=np.float64),
             "start": np.array([h.start for h in headers], dtype=np.float64),
             "on_grid": np.array([h.on_grid for h in headers], dtype=np.bool_),
+            "ticks_from": ticks_from,
+            "ticks_to": ticks_to,
         }
 
     @property
@@ -190,7 +200,11 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
             times = slot_times(start, rate, slots)
             clip = read_frames(path, times, inside=self.read_root, display_rotation=rotate)
         else:
-            clip = read_frame_numbers(path, slots, inside=self.read_root, display_rotation=rotate)
+            begin, end = int(self._numbers("ticks_from")[index]), int(self._numbers("ticks_to")[index])
+            ticks = self.frame_ticks[begin:end] if end > begin else None
+            clip = read_frame_numbers(
+                path, slots, inside=self.read_root, display_rotation=rotate, frame_ticks=ticks
+            )
         video = clip.frames if self.transform is None else self.transform(clip.frames, rng)
         return self.labelled(
             {"video": _to_tchw(video), "timestamps": torch.from_numpy(clip.timestamps)}, index, key

@@ -147,6 +147,7 @@ def read_frame_numbers(
     *,
     inside: Inside = None,
     display_rotation: bool = True,
+    frame_ticks: np.ndarray | None = None,
 ) -> VideoClip:
     """Decode frames by number (any order, repeats allowed): frame ``n`` is the ``n``-th frame the
     stream presents, counted from 0, as torchcodec and decord index frames.
@@ -156,7 +157,10 @@ def read_frame_numbers(
     packets are read (not decoded) to find frame ``n``'s timestamp, then it is read as
     :func:`read_frames` reads a time; a stream read from the start takes the ``n``-th frame the
     decoder gives. A number past the stream's frames is a :class:`DecodeError` (truncated).
-    ``display_rotation`` as for :func:`read_frames`.
+    ``display_rotation`` as for :func:`read_frames`. ``frame_ticks``: the stream's frame
+    timestamps a probe found (``VideoHeader.frame_ticks``, which
+    :class:`~torchloom.datasets.VideoClipDataset` keeps): a seekable file's packets are then not
+    read, each frame sought at its timestamp.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -171,17 +175,21 @@ def read_frame_numbers(
         raise ConfigError(
             f"numbers must be a 1-D sequence of frame numbers >= 0, got {np.asarray(numbers)!r}"
         )
+    if frame_ticks is not None and (frame_ticks.ndim != 1 or frame_ticks.dtype.kind not in "iu"):
+        raise ConfigError(f"frame_ticks must be a 1-D array of integer ticks, got {frame_ticks!r}")
 
     def by_number(
         container: InputContainer, stream: VideoStream, facts: StreamFacts, ordered: list[int]
     ) -> _Taken:
         if not facts.seekable:
             return _in_presented_order(path, container, stream, ordered)
-        scan = PacketScan(stream, facts, scan_all=True)
-        scan.read(container)
-        ticks = scan.ticks
+        ticks = frame_ticks
+        if ticks is None:
+            scan = PacketScan(stream, facts, scan_all=True)
+            scan.read(container)
+            ticks = scan.ticks
         _check_count(path, len(ticks), ordered)
-        seeker = FrameSeeker(path, container, stream, facts, fresh=False)
+        seeker = FrameSeeker(path, container, stream, facts, fresh=frame_ticks is not None)
         return seeker.take([int(ticks[n]) for n in ordered]), seeker.decoded
 
     return _decode_clip(path, inside, wanted, display_rotation, by_number)
@@ -203,7 +211,7 @@ def _decode_clip(
         facts = stream_facts(path, container, stream)
         order = np.argsort(wanted, kind="stable")
         taken, decoded = take(container, stream, facts, [wanted[i].item() for i in order])
-        orientation = _shown(path, container, stream, handle, taken if display_rotation else [])
+        orientation = _shown(path, inside, container, stream, handle, taken if display_rotation else [])
         return _to_clip(path, taken, order, facts, decoded, orientation)
 
 
@@ -346,6 +354,7 @@ def _to_clip(
 
 def _shown(
     path: str | os.PathLike[str],
+    inside: str | None,
     container: InputContainer,
     stream: VideoStream,
     handle: BinaryIO,
@@ -354,4 +363,4 @@ def _shown(
     """The turn the frames ``taken`` are shown with; the identity where none is to be applied."""
     if not taken:
         return DisplayOrientation()
-    return shown_orientation(path, container, stream, handle.fileno(), taken[0])
+    return shown_orientation(path, container, stream, handle.fileno(), taken[0], inside=inside)

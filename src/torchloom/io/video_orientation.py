@@ -3,9 +3,10 @@
 A phone stores the sensor's landscape frames and records, in the stream's display matrix (MP4
 ``tkhd``, Matroska projection, FFmpeg's ``AV_PKT_DATA_DISPLAYMATRIX``), the turn a player applies.
 Players, ffmpeg (``-autorotate``) and torchcodec show the turned frames; this module reads the
-matrix (an MP4's or QuickTime's whole, from its track header; other formats' rotation, as a decoded
-frame carries it) and turns ``(T, H, W, 3)`` arrays the same way, as
-:mod:`torchloom.io.orientation` does for a photo's EXIF orientation.
+matrix (an MP4's or QuickTime's whole, from its track header; a Matroska's or WebM's, from its
+track's projection pose; other formats' rotation, as a decoded frame carries it) and turns
+``(T, H, W, 3)`` arrays the same way, as :mod:`torchloom.io.orientation` does for a photo's EXIF
+orientation.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from torchloom.errors import DecodeError
 from torchloom.io.video_boxes import track_matrix
+from torchloom.io.video_ebml import projection_matrix
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -126,9 +128,10 @@ def frame_orientation(frame: VideoFrame) -> DisplayOrientation | None:
 
     PyAV reads the matrix's rotation (``av_display_rotation_get``), not its mirroring: a matrix
     that also mirrors (written by no phone, only on request, e.g. ``ffmpeg -display_hflip``) is
-    read as its rotation, so MP4 and QuickTime files are read with :func:`orientation_of_matrix`
-    from their track header instead. ``VideoFrame.side_data``, which holds the whole matrix, is not
-    used: in PyAV 18 reading it leaves DataLoader workers forked afterwards to crash.
+    read as its rotation, so MP4, QuickTime, Matroska and WebM files are read with
+    :func:`orientation_of_matrix` from their track header or projection pose instead.
+    ``VideoFrame.side_data``, which holds the whole matrix, is not used: in PyAV 18 reading it
+    leaves DataLoader workers forked afterwards to crash.
     """
     return orientation_of_rotation(int(frame.rotation))
 
@@ -139,13 +142,20 @@ def shown_orientation(
     stream: VideoStream,
     fd: int,
     frame: VideoFrame,
+    *,
+    inside: str | None = None,
 ) -> DisplayOrientation:
     """How ``stream``'s frames are shown: an MP4's or QuickTime's whole display matrix from its
-    track header (mirroring included; ``fd`` the open file), else the rotation ``frame``, one of
-    its decoded frames, carries; a :class:`DecodeError` for a turn no index operation shows."""
+    track header (``fd`` the open file), a Matroska's or WebM's from its first video track's
+    projection pose (read from ``path``, confined to ``inside``), mirroring included; else the
+    rotation ``frame``, one of its decoded frames, carries; a :class:`DecodeError` for a turn no
+    index operation shows."""
     matrix = None
-    if _ISO_MEDIA.intersection(container.format.name.split(",")):
+    formats = container.format.name.split(",")
+    if _ISO_MEDIA.intersection(formats):
         matrix = track_matrix(fd, track_id=stream.id)
+    elif _MATROSKA in formats:
+        matrix = projection_matrix(path, inside=inside)
     orientation = orientation_of_matrix(*matrix) if matrix else frame_orientation(frame)
     if orientation is None:
         turn = f"the matrix {matrix}" if matrix else f"a turn of {frame.rotation} degrees"
@@ -159,3 +169,5 @@ def shown_orientation(
 
 # FFmpeg's names of the ISO base media formats, whose track header holds the display matrix.
 _ISO_MEDIA = frozenset({"mov", "mp4"})
+# FFmpeg's name of the Matroska demuxer (which reads WebM too).
+_MATROSKA = "matroska"
