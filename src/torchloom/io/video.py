@@ -354,7 +354,7 @@ def _to_clip(
 
 def _shown(
     path: str | os.PathLike[str],
-    inside: str | None,
+    inside: Inside,
     container: InputContainer,
     stream: VideoStream,
     handle: BinaryIO,

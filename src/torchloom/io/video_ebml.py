@@ -34,7 +34,7 @@ import os
 import struct
 
 from torchloom.errors import DecodeError
-from torchloom.io.files import read_range
+from torchloom.io.files import Inside, read_range
 
 #: Elements looked at, at most, on one level (a file with more is not searched further).
 MAX_ELEMENTS = 4096
@@ -55,7 +55,7 @@ _Element = tuple[int, int, int | None]
 
 
 def projection_matrix(
-    path: str | os.PathLike[str], *, inside: str | None = None
+    path: str | os.PathLike[str], *, inside: Inside = None
 ) -> tuple[int, int, int, int] | None:
     """The ``(a, b, c, d)`` entries (16.16 fixed point, as :func:`pose_matrix`) of the display
     matrix FFmpeg's demuxer builds from the projection pose of the first video track of the
@@ -99,7 +99,7 @@ def pose_matrix(*, yaw: float, pitch: float, roll: float) -> tuple[int, int, int
 class _Reader:
     """Bounded reads of one file: the first :data:`FIRST_READ` bytes once, the rest on demand."""
 
-    def __init__(self, path: str | os.PathLike[str], inside: str | None) -> None:
+    def __init__(self, path: str | os.PathLike[str], inside: Inside) -> None:
         self.path, self.inside = path, inside
         self.first = read_range(path, 0, FIRST_READ, inside=inside)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torchloom.errors import DecodeError
+from torchloom.io.files import Inside
 from torchloom.io.video_boxes import track_matrix
 from torchloom.io.video_ebml import projection_matrix
 
@@ -143,7 +144,7 @@ def shown_orientation(
     fd: int,
     frame: VideoFrame,
     *,
-    inside: str | None = None,
+    inside: Inside = None,
 ) -> DisplayOrientation:
     """How ``stream``'s frames are shown: an MP4's or QuickTime's whole display matrix from its
     track header (``fd`` the open file), a Matroska's or WebM's from its first video track's
