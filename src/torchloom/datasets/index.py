@@ -92,8 +92,11 @@ class StringColumn:
         return self.data[start:end].tobytes().decode("utf-8", "surrogateescape")
 
     def take(self, indices: np.ndarray) -> StringColumn:
-        """A new column holding the strings at ``indices``."""
-        return StringColumn.from_strings(self[int(i)] for i in indices)
+        """A new column holding the strings at ``indices`` (gathered by Arrow, not one by one)."""
+        array = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), len(self), [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data)]
+        )
+        return StringColumn.from_arrow(array.take(pa.array(np.asarray(indices, dtype=np.int64))))
 
     def to_list(self) -> list[str]:
         return [self[i] for i in range(len(self))]

@@ -144,6 +144,8 @@ def _segments_problem(key: str) -> str | None:
     for segment in key.split("/"):
         if segment == "":
             return "has an empty segment ('//')"
+        if "\\" in segment:
+            return "has a backslash (some stores and tools read it as '/')"
         decoded = unquote(segment)
         if decoded in (".", ".."):
             return "climbs with '..'" if decoded == ".." else "has a '.' segment"
