@@ -1,0 +1,103 @@
+"""The commands on a real S3 server (SeaweedFS on loopback, behind the counting proxy): DATA as an
+``s3://`` folder or manifest, reached with ``--storage-option``; outputs stay local."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from s3proxy import FaultProxy
+from s3server import S3Bucket, S3Server
+from torchloom.testing import write_class_folders
+from torchloom.tools.cli import main
+
+
+def upload(fs: Any, local: Path, bucket: S3Bucket, prefix: str) -> list[str]:
+    """Every file below ``local`` as an object below ``prefix``; their keys, sorted."""
+    keys = sorted(path.relative_to(local).as_posix() for path in local.rglob("*") if path.is_file())
+    fs.pipe({bucket.path(f"{prefix}/{key}"): (local / key).read_bytes() for key in keys})
+    return keys
+
+
+def put_images(fs: Any, bucket: S3Bucket, count: int, tmp_path: Path, prefix: str = "train") -> list[str]:
+    """``count`` JPEGs in two class folders below ``prefix``, and ``manifest.csv`` of them; their
+    keys relative to ``prefix``."""
+    local = tmp_path / "images"
+    write_class_folders(local, [count - count // 2, count // 2], size=(24, 24), progress=False)
+    keys = upload(fs, local, bucket, prefix)
+    rows = "".join(f"{key},{key.split('/')[0]}\n" for key in keys)
+    fs.pipe(bucket.path(f"{prefix}/manifest.csv"), f"image,label\n{rows}".encode())
+    return keys
+
+
+def options_for(proxy: FaultProxy) -> list[str]:
+    """The command line's ``--storage-option`` arguments that reach the server through ``proxy``."""
+    arguments = []
+    for key, value in proxy.storage_options.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        arguments += ["--storage-option", f"{key}={text}"]
+    return arguments
+
+
+def test_show_draws_samples_of_a_bucket_folder(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    put_images(s3_server.filesystem(), s3_bucket, 6, tmp_path)
+    out = tmp_path / "grid.png"
+    status = main(["show", f"{s3_bucket.url}/train", "--n", "4", "--out", str(out), *options_for(s3_proxy)])
+    assert status == 0 and out.stat().st_size > 0
+    counts = s3_proxy.requests
+    assert counts.lists >= 1 and counts.heads == 0
+
+
+def test_show_reads_a_manifest_in_the_bucket(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    put_images(s3_server.filesystem(), s3_bucket, 6, tmp_path)
+    out = tmp_path / "grid.png"
+    data = s3_bucket.url_of("train/manifest.csv")
+    assert main(["show", data, "--n", "3", "--out", str(out), *options_for(s3_proxy)]) == 0
+    assert s3_proxy.requests.lists == 0
+
+
+def test_bench_measures_a_bucket_folder(
+    s3_server: S3Server,
+    s3_proxy: FaultProxy,
+    s3_bucket: S3Bucket,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put_images(s3_server.filesystem(), s3_bucket, 16, tmp_path)
+    data = f"{s3_bucket.url}/train"
+    arguments = ["--budget", "1", "--batch-size", "8", "--json", "--plot", ""]
+    status = main(["bench", data, *arguments, *options_for(s3_proxy)])
+    assert status == 0
+    assert json.loads(capsys.readouterr().out)["best"]["batch_size"] == 8
+    assert s3_proxy.requests.object_gets >= 8
+
+
+def test_cache_builds_from_a_bucket_into_a_local_folder(
+    s3_server: S3Server,
+    s3_proxy: FaultProxy,
+    s3_bucket: S3Bucket,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put_images(s3_server.filesystem(), s3_bucket, 6, tmp_path)
+    out = tmp_path / "cache"
+    data = f"{s3_bucket.url}/train"
+    assert main(["cache", data, "--out", str(out), *options_for(s3_proxy)]) == 0
+    assert out.is_dir() and any(out.iterdir())
+    assert s3_proxy.requests.heads == 0
+    s3_proxy.reset_counts()
+    assert main(["cache", data, "--out", str(out), *options_for(s3_proxy)]) == 0
+    assert "reused" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["show", "cache"])
+def test_an_output_url_is_a_usage_error(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "s3://bucket/train", "--out", "s3://bucket/out"]) == 2
+    assert "is a URL; outputs are written to a local path" in capsys.readouterr().err
