@@ -35,8 +35,13 @@ def put_images(fs: Any, bucket: S3Bucket, count: int, tmp_path: Path, prefix: st
 
 def options_for(proxy: FaultProxy) -> list[str]:
     """The command line's ``--storage-option`` arguments that reach the server through ``proxy``."""
+    return options_for_server(proxy)
+
+
+def options_for_server(server: FaultProxy | S3Server) -> list[str]:
+    """The ``--storage-option`` arguments of ``server``'s storage options."""
     arguments = []
-    for key, value in proxy.storage_options.items():
+    for key, value in server.storage_options.items():
         text = value if isinstance(value, str) else json.dumps(value)
         arguments += ["--storage-option", f"{key}={text}"]
     return arguments
@@ -101,3 +106,44 @@ def test_cache_builds_from_a_bucket_into_a_local_folder(
 def test_an_output_url_is_a_usage_error(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "s3://bucket/train", "--out", "s3://bucket/out"]) == 2
     assert "is a URL; outputs are written to a local path" in capsys.readouterr().err
+
+
+def test_doctor_examines_a_bucket_split_root_and_writes_the_report_locally(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    fs = s3_server.filesystem()
+    write_class_folders(tmp_path / "train", [3, 3], size=(24, 24), empty=1, progress=False)
+    write_class_folders(tmp_path / "val", [1, 1], size=(24, 24), seed=1, progress=False)
+    upload(fs, tmp_path, s3_bucket, "data")
+    fs.pipe(s3_bucket.path("data/val/class_0/leak.jpg"), (tmp_path / "train/class_0/000000.jpg").read_bytes())
+    out = tmp_path / "report"
+    arguments = ["--out", str(out), *options_for(s3_proxy)]
+    status = main(["doctor", f"{s3_bucket.url}/data", *arguments])
+    assert status == 1  # the empty file and the leak
+    document = json.loads((out / "report.json").read_text())
+    assert document["data"]["source"] == f"{s3_bucket.url}/data"
+    assert document["data"]["splits"] == ["train", "val"]
+    assert document["problems"]["by_kind"].keys() >= {"empty"}
+    leaks = [pair for pair in document["duplicates"]["pairs"] if pair["leak"]]
+    assert [pair["b"]["path"] for pair in leaks] == [s3_bucket.url_of("data/val/class_0/leak.jpg")]
+    assert (out / "duplicates" / "pair_000.png").is_file()  # drawn from the two objects, read again
+    counts = s3_proxy.requests
+    assert counts.heads == 0 and counts.object_gets == 6 + 1 + 2 + 1 + 2  # examined once each, then the pair
+
+
+def test_doctor_reads_a_manifest_in_the_bucket_without_listing(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    put_images(s3_server.filesystem(), s3_bucket, 4, tmp_path)
+    data = s3_bucket.url_of("train/manifest.csv")
+    assert main(["doctor", data, "--json", *options_for(s3_proxy)]) == 0
+    counts = s3_proxy.requests
+    assert (counts.lists, counts.heads, counts.object_gets) == (0, 0, 1 + 4)
+
+
+def test_doctor_names_a_prefix_that_holds_nothing(
+    s3_server: S3Server, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = options_for_server(s3_server)
+    assert main(["doctor", f"{s3_bucket.url}/nothing", "--json", *options]) == 1
+    assert f"MissingFileError: '{s3_bucket.url}/nothing'" in capsys.readouterr().err
