@@ -7,12 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pa_parquet
 import pytest
 
 from s3proxy import FaultProxy
 from s3server import S3Bucket, S3Server
+from torchloom import Image, Label, ManifestDataset
 from torchloom.testing import write_class_folders
 from torchloom.tools.cli import main
+
+CLASSES = ("cat", "dog")
 
 
 def upload(fs: Any, local: Path, bucket: S3Bucket, prefix: str) -> list[str]:
@@ -147,3 +151,46 @@ def test_doctor_names_a_prefix_that_holds_nothing(
     options = options_for_server(s3_server)
     assert main(["doctor", f"{s3_bucket.url}/nothing", "--json", *options]) == 1
     assert f"MissingFileError: '{s3_bucket.url}/nothing'" in capsys.readouterr().err
+
+
+def test_prepare_writes_a_local_manifest_of_a_bucket_with_sizes_a_dataset_trusts(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    fs = s3_server.filesystem()
+    write_class_folders(tmp_path / "raw", [4, 4], size=(24, 24), class_names=CLASSES, progress=False)
+    keys = upload(fs, tmp_path / "raw", s3_bucket, "raw")
+    fs.pipe(s3_bucket.path("raw/notes.txt"), b"not an image")
+    out = tmp_path / "prepared"
+    rules = ["--rule", "cat:cat/", "--rule", "dog:dog/", "--fractions", "0.5,0.5"]
+    rules += ["--out", str(out), "--json", *options_for(s3_proxy)]
+    status = main(["prepare", f"{s3_bucket.url}/raw", *rules])
+    assert status == 0
+    counts = s3_proxy.requests
+    assert counts.heads == 0 and counts.object_gets == len(keys)  # one GET per image: header, hash, size
+    table = pa_parquet.read_table(out / "manifest.parquet")
+    assert sorted(table.column("image").to_pylist()) == keys
+    sizes = dict(zip(table.column("image").to_pylist(), table.column("bytes").to_pylist(), strict=True))
+    assert sizes == {key: len(fs.cat(s3_bucket.path(f"raw/{key}"))) for key in keys}
+    s3_proxy.reset_counts()
+    dataset = ManifestDataset(
+        out / "manifest.parquet",
+        root=f"{s3_bucket.url}/raw",
+        fields=[Image("image"), Label("label")],
+        storage_options=s3_proxy.storage_options,
+        validate="exists",
+        progress=False,
+    )
+    assert len(dataset) == len(keys) and s3_proxy.requests.total == 0  # the sizes vouch
+    assert dataset[0]["image"].shape == (3, 24, 24)
+
+
+@pytest.mark.parametrize(
+    ("option", "refusal"),
+    [("--materialize=copy", "--materialize copies"), ("--group-duplicates", "local RAW")],
+)
+def test_prepare_refuses_what_needs_a_local_raw(
+    option: str, refusal: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = ["prepare", "s3://bucket/raw", "--rule", "cat:cat", "--out", str(tmp_path / "out"), option]
+    assert main(command) == 2
+    assert refusal in capsys.readouterr().err
