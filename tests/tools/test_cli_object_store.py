@@ -194,3 +194,25 @@ def test_prepare_refuses_what_needs_a_local_raw(
     command = ["prepare", "s3://bucket/raw", "--rule", "cat:cat", "--out", str(tmp_path / "out"), option]
     assert main(command) == 2
     assert refusal in capsys.readouterr().err
+
+
+def test_storage_options_from_a_json_file_reach_the_server(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    put_images(s3_server.filesystem(), s3_bucket, 4, tmp_path)
+    options = tmp_path / "store.json"
+    options.write_text(json.dumps({**s3_proxy.storage_options, "secret": "overridden below"}))
+    data = s3_bucket.url_of("train/manifest.csv")
+    given = ["--storage-options-json", str(options), "--storage-option", "secret=any"]
+    assert main(["show", data, "--n", "2", "--out", str(tmp_path / "grid.png"), *given]) == 0
+    assert s3_proxy.requests.object_gets >= 1 + 2
+
+
+@pytest.mark.parametrize(("content", "why"), [("[1, 2]", "must hold a JSON object"), ("{", "not valid JSON")])
+def test_a_storage_options_file_that_is_not_an_object_is_a_usage_error(
+    content: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = tmp_path / "store.json"
+    options.write_text(content)
+    assert main(["doctor", "s3://bucket/train", "--json", "--storage-options-json", str(options)]) == 2
+    assert why in capsys.readouterr().err
