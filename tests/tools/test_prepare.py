@@ -92,6 +92,7 @@ def test_end_to_end_identical_runs_stratified_raw_untouched(raw: Path, tmp_path:
     assert snapshot(raw) == before
     rows = manifest(tmp_path / "a")
     assert all(len(str(row["blake2b"])) == 32 for row in rows.values())
+    assert all(row["bytes"] == (raw / str(source)).stat().st_size for source, row in rows.items())
     dataset = ManifestDataset(tmp_path / "a" / "manifest.parquet", root=raw, progress=False)
     assert len(dataset) == sum(COUNTS) and dataset.classes == sorted(CLASSES)
     assert dataset[0]["image"].shape == (3, 24, 24)

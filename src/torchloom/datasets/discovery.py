@@ -268,6 +268,7 @@ def find_every_split(
     *,
     extensions: Sequence[str] = IMAGE_EXTENSIONS,
     allow_outside_root: bool = False,
+    lister: Lister | None = None,
 ) -> Discovery:
     """As :func:`find_samples`, but a split root is read whole, every split (``torchloom doctor``).
 
@@ -282,14 +283,20 @@ def find_every_split(
         ...     print(found.split_names, found.splits.tolist(), found.labels.tolist())
         ['train', 'val'] [0, 0, 1] [0, 1, 0]
     """
-    walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root)
+    walk = FolderWalk(root, extensions, allow_outside_root=allow_outside_root, lister=lister)
     entries = walk.top()
     splits = _split_folders(entries)
     return _splits(walk, entries, splits, splits) if splits else _classes_or_files(walk, entries)
 
 
-def find_tree(root: str | os.PathLike[str], *, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> Discovery:
-    """Every sample file at any depth below ``root``, unlabelled (``torchloom prepare``'s RAW).
+def find_tree(
+    root: str | os.PathLike[str],
+    *,
+    extensions: Sequence[str] = IMAGE_EXTENSIONS,
+    lister: Lister | None = None,
+) -> Discovery:
+    """Every sample file at any depth below ``root``, unlabelled (``torchloom prepare``'s RAW);
+    ``lister`` as :func:`find_samples` takes it.
 
     Example:
         >>> import os, tempfile
@@ -301,7 +308,7 @@ def find_tree(root: str | os.PathLike[str], *, extensions: Sequence[str] = IMAGE
         >>> found.relative_paths(), [e.reason for e in found.excluded]
         (['b.PNG', 'day 1/a.jpg'], ['extension not in extensions'])
     """
-    walk = FolderWalk(root, extensions, allow_outside_root=False)
+    walk = FolderWalk(root, extensions, allow_outside_root=False, lister=lister)
     return _discovery(walk, "tree", walk.below(walk.root, walk.real_root, (), walk.top()))
 
 

@@ -26,7 +26,7 @@ from torchloom.datasets.index import (
 from torchloom.datasets.options import IndexingOptions, indexing_settings
 from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError
 from torchloom.io.file_errors import REASON_MISSING
-from torchloom.io.files import is_url
+from torchloom.io.files import Inside, is_url
 from torchloom.io.image import DEFAULT_MAX_PIXELS
 from torchloom.io.object_urls import root_url
 from torchloom.io.objects import ObjectRoot, ObjectStore
@@ -37,6 +37,8 @@ class MissingFilesWarning(UserWarning):
     """Rows of a manifest name files that are not there: they are left out (``ds.report`` lists them)."""
 
 
+#: The column of each row's file size in bytes: on an object store, what every read is checked against.
+SIZE_COLUMN = "bytes"
 #: Names every sample carries itself; fields may not take them.
 RESERVED_NAMES = frozenset({"index", "path"})
 
@@ -53,6 +55,12 @@ class ManifestDataset(IndexedDataset):
     leaves ``root`` (``..``, an absolute path elsewhere, or a symlink) always raises
     :class:`torchloom.errors.PathOutsideRootError` naming the row, unless
     ``allow_outside_root=True``; a URL (``s3://...``) an :class:`~torchloom.errors.UnsupportedURLError`.
+
+    On an object store (a manifest URL, or ``root`` a URL), a ``bytes`` column (:data:`SIZE_COLUMN`,
+    which ``torchloom prepare`` writes) gives each row's object size: a read of an object of
+    another size is an :class:`~torchloom.errors.ObjectChangedError`, and ``validate="exists"``
+    sends no request for such a row (the manifest vouches for it; an object missing after all is
+    a :class:`~torchloom.errors.MissingFileError` when read, under ``on_error`` as any failed read).
 
     Samples are dicts with one entry per field (under its ``name``), plus ``"index"`` and, with
     an image, ``"path"``.
@@ -121,8 +129,11 @@ class ManifestDataset(IndexedDataset):
                 reasons[row] = reasons[row] or reason
         paths = self._image_paths(compiled, table.num_rows)
         read_root = indexing.read_root(self.root, sample.store)
+        vouched = _expect_sizes(table, paths, read_root)
         if self.image_field is not None:
             pending = np.flatnonzero(reasons == None)  # noqa: E711
+            if indexing.validate == "exists":  # a size from the manifest says the object is there
+                pending = pending[~vouched[pending]]
             checks = validate_files(
                 [paths[int(row)] for row in pending],
                 lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
@@ -210,6 +221,27 @@ class ManifestDataset(IndexedDataset):
     def __repr__(self) -> str:
         names = [f.name for f in self.fields]
         return f"ManifestDataset({self.source!r}, {len(self)} samples, fields={names})"
+
+
+def _expect_sizes(table: pa.Table, paths: list[str], read_root: Inside) -> np.ndarray:
+    """Tell an object store's root the size of each row's object, from the manifest's
+    :data:`SIZE_COLUMN` (``torchloom prepare`` writes it): a read of another size is then an
+    ``ObjectChangedError``, and the row needs no request to be known to exist. Which rows got one."""
+    vouched = np.zeros(table.num_rows, dtype=bool)
+    if not isinstance(read_root, ObjectRoot) or SIZE_COLUMN not in table.column_names:
+        return vouched
+    column = table.column(SIZE_COLUMN)
+    if not pa.types.is_integer(column.type):
+        raise ManifestError(
+            f"the manifest's {SIZE_COLUMN!r} column holds each file's size in bytes, whole numbers; it "
+            f"holds {column.type}: fix it or rename the column"
+        )
+    sizes = column.fill_null(-1).to_numpy()
+    for row in np.flatnonzero(sizes >= 0).tolist():
+        if paths[row]:
+            read_root.expect(paths[row], int(sizes[row]))
+            vouched[row] = True
+    return vouched
 
 
 def _string_columns(fields: Sequence[Field]) -> list[str]:

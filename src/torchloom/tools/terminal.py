@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from torchloom.errors import ConfigError
 from torchloom.io.threads import MAX_FILE_THREADS
+from torchloom.tools.storage import add_storage_arguments
 
 EXIT_CLEAN = 0
 """Nothing wrong was found."""
@@ -130,8 +131,9 @@ def fail(command: str, error: BaseException, *, usage: bool | None = None) -> in
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """The DATA argument of the commands that read a dataset as FolderDataset or ManifestDataset
-    would, ``--split``, the split folder to read when DATA is a split root, and
-    ``--allow-outside-root``.
+    would (a local path or a URL), ``--split``, the split folder to read when DATA is a split root,
+    ``--allow-outside-root`` and the storage options of a URL
+    (:func:`~torchloom.tools.storage.add_storage_arguments`).
 
     Example:
         >>> parser = argparse.ArgumentParser()
@@ -140,12 +142,15 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         'val'
     """
     parser.add_argument(
-        "data", help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, .parquet, ...)"
+        "data",
+        help="a class folder (DATA/<class>/<image>) or a manifest (.csv, .jsonl, .parquet, ...), "
+        "local or a URL (s3://bucket/train)",
     )
     parser.add_argument(
         "--split", default=None, help="the split folder to read when DATA is a split root (train, val, ...)"
     )
     add_outside_root_argument(parser)
+    add_storage_arguments(parser)
 
 
 def add_threads_argument(parser: argparse.ArgumentParser, work: str) -> None:

@@ -17,9 +17,11 @@ import os
 from typing import Any
 
 from torchloom.errors import ConfigError, TorchloomError
+from torchloom.io.files import is_url
 from torchloom.loader.autotune import MIN_BUDGET_S, check_budget
 from torchloom.tools.bench.measure import run_bench
 from torchloom.tools.show.transform_spec import ALLOWED_TRANSFORMS, parse_transform_spec
+from torchloom.tools.storage import refuse_url_output, storage_options_of
 from torchloom.tools.terminal import add_data_arguments, fail, positive_int
 
 #: Where the plot goes unless ``--plot`` says otherwise.
@@ -74,10 +76,12 @@ def budget_seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``torchloom bench`` with parsed arguments; returns the exit status."""
-    if not os.path.exists(args.data):
+    if not is_url(args.data) and not os.path.exists(args.data):
         args.parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
     try:
         transform = parse_transform_spec(args.transform)
+        refuse_url_output("--plot", args.plot or None)
+        storage_options = storage_options_of(args)
     except ConfigError as exc:
         return fail("bench", exc)
     try:
@@ -90,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             plot=args.plot or None,
             split=args.split,
             allow_outside_root=args.allow_outside_root,
+            storage_options=storage_options,
         )
     except (TorchloomError, OSError) as exc:  # the data could not be read, the plot not written
         return fail("bench", exc)

@@ -29,10 +29,12 @@ def run_bench(
     split: str | None = None,
     allow_outside_root: bool = False,
     transform: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> int:
     """Measure, print and plot (what the dataset left out goes to stderr); returns the exit status.
 
-    ``transform`` is applied to each sample, as training would (``show``'s ``--transform``).
+    ``transform`` is applied to each sample, as training would (``show``'s ``--transform``);
+    ``storage_options`` reach a ``data`` given as a URL.
 
     Example:
         >>> import contextlib, io, json, tempfile
@@ -53,6 +55,7 @@ def run_bench(
         split=split,
         allow_outside_root=allow_outside_root,
         progress=not as_json,
+        storage_options=storage_options,
     )
     report = getattr(dataset, "report", None)
     if isinstance(report, DatasetReport):

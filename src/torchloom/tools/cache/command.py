@@ -1,5 +1,8 @@
 """``torchloom cache DATA --out DIR``: decode a dataset once into a :class:`~torchloom.DecodedCache`.
 
+DATA is a local class folder or manifest, or one in an object store (``s3://...``, with
+``--storage-option``: :mod:`torchloom.tools.storage`); the cache (``--out``) is a local folder.
+
 Exit status: 0 when the cache was built or reused (what the dataset left out is printed on
 stderr, a line per reason); 1 when the data could not be read or the cache not built (one line
 says why); 2 for a usage error.
@@ -15,8 +18,9 @@ from typing import Any
 from torchloom.cache import DecodedCache
 from torchloom.datasets.index import DatasetReport
 from torchloom.datasets.opening import open_image_dataset
-from torchloom.errors import TorchloomError
-from torchloom.io.files import lies_inside
+from torchloom.errors import ConfigError, TorchloomError
+from torchloom.io.files import is_url, lies_inside
+from torchloom.tools.storage import refuse_url_output, storage_options_of
 from torchloom.tools.terminal import (
     EXIT_CLEAN,
     EXIT_USAGE,
@@ -51,8 +55,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``torchloom cache`` with parsed arguments; returns the exit status."""
-    if not os.path.exists(args.data):
+    if not is_url(args.data) and not os.path.exists(args.data):
         args.parser.error(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+    try:
+        refuse_url_output("--out", args.out)
+        storage_options = storage_options_of(args)
+    except ConfigError as exc:
+        return fail("cache", exc)
     return run_cache(
         args.data,
         args.out,
@@ -61,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         num_threads=args.threads,
         split=args.split,
         allow_outside_root=args.allow_outside_root,
+        storage_options=storage_options,
     )
 
 
@@ -73,9 +83,11 @@ def run_cache(
     num_threads: int | None,
     split: str | None = None,
     allow_outside_root: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> int:
-    """Build (or reuse) the cache of ``data`` at ``out``; print what it holds and, on stderr, what
-    the dataset left out. Returns the exit status."""
+    """Build (or reuse) the cache of ``data`` (a local path, or a URL read with ``storage_options``)
+    at ``out``; print what it holds and, on stderr, what the dataset left out. Returns the exit
+    status."""
     if os.path.isdir(data) and is_within(out, data):
         print(
             f"torchloom cache: --out {out!r} is inside the data folder {data!r}, where the next run "
@@ -85,7 +97,12 @@ def run_cache(
         return EXIT_USAGE
     try:
         dataset = open_image_dataset(
-            data, split=split, on_error="skip", num_threads=num_threads, allow_outside_root=allow_outside_root
+            data,
+            split=split,
+            on_error="skip",
+            num_threads=num_threads,
+            allow_outside_root=allow_outside_root,
+            storage_options=storage_options,
         )
         cache = DecodedCache(
             dataset, out, max_side=max_side, location="memory" if memory else "disk", num_threads=num_threads

@@ -1,8 +1,9 @@
 """``torchloom doctor DATA``: the command line of :func:`~torchloom.tools.doctor.diagnose`.
 
-The report is printed as tables and written to ``--out`` (``report.json`` and the plots; by
-default ``./torchloom-doctor``). With ``--json`` it is printed as JSON instead, and written only
-when ``--out`` is given.
+DATA is local or a URL (``s3://bucket/train``, read with ``--storage-option``: see
+:mod:`torchloom.tools.storage`). The report is printed as tables and written to ``--out``
+(``report.json`` and the plots; by default ``./torchloom-doctor``, always a local folder). With
+``--json`` it is printed as JSON instead, and written only when ``--out`` is given.
 
 Exit status: 0 when no problem was found; 1 when one was (a bad or refused file, a wrong
 extension, an exact duplicate, a near duplicate across splits, an empty class, a folder beside the
@@ -20,11 +21,13 @@ from typing import Any
 
 from torchloom.datasets.index import DatasetReport
 from torchloom.errors import TorchloomError, install_hint
+from torchloom.io.files import is_url
 from torchloom.tools.doctor.diagnosis import DEFAULT_OUT, diagnose
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available
 from torchloom.tools.output_files import refuse_output_inside
+from torchloom.tools.storage import add_storage_arguments, refuse_url_output, storage_options_of
 from torchloom.tools.terminal import (
     EXIT_CLEAN,
     EXIT_PROBLEMS,
@@ -45,7 +48,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "doctor", help="find bad files, duplicates and leaks, imbalance, sizes, mean/std in a dataset"
     )
     parser.add_argument(
-        "data", help="a class folder, a folder of train/val/test class folders, or a manifest"
+        "data",
+        help="a class folder, a folder of train/val/test class folders, or a manifest; local or a URL "
+        "(s3://bucket/train)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the JSON report to stdout (written only with --out)"
@@ -64,6 +69,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-plots", action="store_true", help="write report.json only")
     add_outside_root_argument(parser)
+    add_storage_arguments(parser)
     parser.set_defaults(handler=run, parser=parser)
     return parser
 
@@ -71,12 +77,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the command from parsed arguments; returns the exit status."""
     parser: argparse.ArgumentParser = args.parser
-    if not os.path.exists(args.data):
+    if not is_url(args.data) and not os.path.exists(args.data):
         parser.error(f"DATA {args.data!r} does not exist; pass a class folder, a split root or a manifest")
     if not 0 <= args.near_max_distance < HASH_BITS:
         parser.error(f"--near-max-distance must be in 0..{HASH_BITS - 1}, got {args.near_max_distance}")
     out = args.out if args.out is not None or args.json else DEFAULT_OUT
     try:
+        refuse_url_output("--out", out)
+        storage_options = storage_options_of(args)
         if out is not None and os.path.isdir(args.data):
             refuse_output_inside(args.data, out, "DATA", "doctor would read its report's plots as data")
         report = diagnose(
@@ -85,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             progress=True,
             near_max_distance=args.near_max_distance,
             allow_outside_root=args.allow_outside_root,
+            storage_options=storage_options,
         )
     except TorchloomError as exc:
         return fail("doctor", exc)

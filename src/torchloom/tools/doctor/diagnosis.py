@@ -1,7 +1,7 @@
 """What is wrong with an image dataset, before training on it: :func:`diagnose` and its report.
 
 DATA is a class folder (``DATA/<class>/<image>``), a root of split folders
-(``DATA/train/<class>/...``, ``DATA/val/...``) or a manifest (see
+(``DATA/train/<class>/...``, ``DATA/val/...``) or a manifest, local or in an object store (see
 :mod:`torchloom.tools.doctor.layout`). Every file is read and decoded once (in parallel); the report
 lists bad files, wrong extensions, exact and near duplicates within and across splits (leakage,
 pair by pair), class counts with the sampler that balances them, image sizes and modes, the
@@ -31,16 +31,20 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from torchloom.datasets.discovery import Discovery
+from torchloom.datasets.options import IndexingSettings, object_store
 from torchloom.errors import ConfigError
+from torchloom.io.files import Inside, is_url
+from torchloom.io.objects import ObjectStore
 from torchloom.tools.doctor.duplicates import NEAR_MAX_DISTANCE, examination_groups
 from torchloom.tools.doctor.examine import Examination, examine_files
-from torchloom.tools.doctor.layout import data_root, find_layout
+from torchloom.tools.doctor.layout import data_root, find_layout, object_root
 from torchloom.tools.doctor.perceptual import HASH_BITS
 from torchloom.tools.doctor.plots import plots_available, write_plots
 from torchloom.tools.doctor.report import build_document, duplicate_pairs
@@ -102,6 +106,7 @@ def diagnose(
     progress: bool = True,
     near_max_distance: int = NEAR_MAX_DISTANCE,
     allow_outside_root: bool = False,
+    storage_options: Mapping[str, Any] | ObjectStore | None = None,
 ) -> DoctorReport:
     """Examine the dataset at ``data`` (a class folder, split root or manifest) and report.
 
@@ -110,7 +115,8 @@ def diagnose(
     on a terminal once the work has taken a second. ``near_max_distance``: perceptual
     hashes at most this many bits apart (of 64) are near duplicates. ``allow_outside_root``: follow
     symlinks and manifest paths that lead outside ``data`` (refused, and reported, by default);
-    every file read is otherwise confined to it, as a dataset's reads are.
+    every file read is otherwise confined to it, as a dataset's reads are. ``storage_options``:
+    how to reach a ``data`` given as a URL (``s3://bucket/train``), as datasets take it.
 
     Example:
         >>> import tempfile
@@ -122,8 +128,16 @@ def diagnose(
     """
     if not 0 <= near_max_distance < HASH_BITS:
         raise ConfigError(f"near_max_distance must be in 0..{HASH_BITS - 1}, got {near_max_distance}")
-    layout = find_layout(os.fspath(data), allow_outside_root=allow_outside_root)
-    inside = None if allow_outside_root else data_root(layout)
+    text = os.fspath(data)
+    inside: Inside = None
+    if is_url(text):
+        inside = object_root(text, object_store(storage_options), allow_outside_root=allow_outside_root)
+        layout = find_layout(text, allow_outside_root=allow_outside_root, inside=inside, progress=progress)
+        # Each read waits on the network, not on a core: as many threads as requests in flight.
+        num_threads = IndexingSettings(num_threads=num_threads).threads_for(inside)
+    else:
+        layout = find_layout(text, allow_outside_root=allow_outside_root)
+        inside = None if allow_outside_root else data_root(layout)
     facts = examine_files(layout.paths.to_list(), num_threads=num_threads, progress=progress, inside=inside)
     groups = examination_groups(facts, near_max_distance=near_max_distance)
     pairs = duplicate_pairs(layout, facts, groups)

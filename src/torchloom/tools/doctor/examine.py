@@ -29,6 +29,7 @@ from PIL import Image
 
 from torchloom.errors import DecodeError
 from torchloom.io.file_errors import failure_reason
+from torchloom.io.files import Inside
 from torchloom.io.image import (
     CONTAINER_EXTENSIONS,
     JPEG_MAGIC,
@@ -134,10 +135,10 @@ class Examination:
     scores: np.ndarray
     grayscale: np.ndarray
     thumbnail: np.ndarray
-    inside: str | None = None
+    inside: Inside = None
 
     @classmethod
-    def empty(cls, paths: Sequence[str], inside: str | None = None) -> Examination:
+    def empty(cls, paths: Sequence[str], inside: Inside = None) -> Examination:
         count = len(paths)
         return cls(
             paths=paths,
@@ -237,7 +238,7 @@ def examine_files(
     *,
     num_threads: int | None = None,
     progress: bool = False,
-    inside: str | None = None,
+    inside: Inside = None,
 ) -> Examination:
     """Examine every file of ``paths`` once, in ``num_threads`` threads (default
     :func:`~torchloom.io.threads.file_threads`);

@@ -15,6 +15,11 @@ Links and paths leading outside DATA are refused unless ``allow_outside_root=Tru
 out is listed in the result's ``excluded``, not examined; :func:`data_root` is the folder every
 examined file must resolve into.
 
+DATA may be a URL (``s3://bucket/train``, any fsspec URL): a manifest when its name ends as one
+does, else a prefix listed once (:class:`~torchloom.datasets.PrefixListing`) and walked by the same
+rules; :func:`object_root` is then the root prefix every examined object must lie below, and the
+store that serves them.
+
 Example:
     >>> import os, tempfile
     >>> root = tempfile.mkdtemp()
@@ -35,7 +40,10 @@ import pyarrow as pa
 
 from torchloom.datasets.discovery import NO_SPLIT, Discovery, Exclusion, find_every_split
 from torchloom.datasets.fields import FieldContext, Image
+from torchloom.datasets.listing import PrefixListing
 from torchloom.errors import ManifestError, MissingFileError
+from torchloom.io.files import is_url
+from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.io.table import MANIFEST_SUFFIXES, read_table
 
 IMAGE_COLUMNS = ("image", "image_path", "path", "file", "filename", "filepath")
@@ -43,18 +51,41 @@ LABEL_COLUMNS = ("label", "class", "category", "target")
 SPLIT_COLUMNS = ("split", "subset", "fold")
 
 
-def find_layout(data: str, *, allow_outside_root: bool = False) -> Discovery:
-    """The files of ``data``: a manifest file, a split root, a class folder or a folder of images.
+def find_layout(
+    data: str, *, allow_outside_root: bool = False, inside: ObjectRoot | None = None, progress: bool = False
+) -> Discovery:
+    """The files of ``data``: a manifest file, a split root, a class folder or a folder of images;
+    for a URL, read through ``inside`` (its :func:`object_root`; by default one reached with no
+    storage options), with a progress bar while a prefix is listed when ``progress``.
 
-    Raises :class:`MissingFileError` when ``data`` does not exist, :class:`ManifestError` when
-    a manifest lacks an image column, and the file layer's errors for a manifest that is not a
-    regular file (a FIFO) or cannot be read.
+    Raises :class:`MissingFileError` when ``data`` does not exist (for a prefix: holds no objects),
+    :class:`ManifestError` when a manifest lacks an image column, and the file layer's errors for a
+    manifest that is not a regular file (a FIFO) or cannot be read.
     """
+    if is_url(data):
+        root = inside or object_root(data, ObjectStore(), allow_outside_root=allow_outside_root)
+        if _is_manifest_name(data):
+            return _manifest_layout(data, allow_outside_root, root)
+        listing = PrefixListing(root, progress=progress)
+        return find_every_split(root.url, allow_outside_root=allow_outside_root, lister=listing)
     if os.path.isdir(data):
         return find_every_split(data, allow_outside_root=allow_outside_root)
     if not os.path.lexists(data):
         raise MissingFileError(f"{data!r} does not exist; pass a class folder, a split root or a manifest")
     return _manifest_layout(data, allow_outside_root)
+
+
+def object_root(data: str, store: ObjectStore, *, allow_outside_root: bool = False) -> ObjectRoot:
+    """The root prefix the objects of the URL ``data`` lie below: ``data`` itself, or the prefix
+    of a manifest (``s3://bucket/train/manifest.csv`` -> ``s3://bucket/train``), reached through
+    ``store``; confined to it unless ``allow_outside_root``.
+
+    Example:
+        >>> object_root("s3://shop/train/manifest.csv", ObjectStore()).url
+        's3://shop/train'
+    """
+    prefix = data.rsplit("/", 1)[0] if _is_manifest_name(data) else data
+    return ObjectRoot(prefix, store, confined=not allow_outside_root)
 
 
 def data_root(layout: Discovery) -> str:
@@ -63,12 +94,16 @@ def data_root(layout: Discovery) -> str:
     return os.path.realpath(folder)
 
 
-def _manifest_layout(path: str, allow_outside_root: bool) -> Discovery:
+def _is_manifest_name(url: str) -> bool:
+    return url.lower().endswith(MANIFEST_SUFFIXES)
+
+
+def _manifest_layout(path: str, allow_outside_root: bool, inside: ObjectRoot | None = None) -> Discovery:
     if os.path.splitext(path)[1].lower() not in MANIFEST_SUFFIXES:
         raise ManifestError(
             f"{path!r} is neither a folder nor a manifest; expected a folder or one of {MANIFEST_SUFFIXES}"
         )
-    table = read_table(path)
+    table = read_table(path, inside=inside)
     names = {name.lower(): name for name in table.column_names}
     image_column = next((names[c] for c in IMAGE_COLUMNS if c in names), None)
     if image_column is None:
@@ -76,7 +111,7 @@ def _manifest_layout(path: str, allow_outside_root: bool) -> Discovery:
             f"manifest {path!r} has no image column; name one of {IMAGE_COLUMNS} "
             f"(columns: {table.column_names})"
         )
-    root = os.path.dirname(os.path.abspath(path))
+    root = inside.url if inside is not None else os.path.dirname(os.path.abspath(path))
     try:
         images = Image(image_column).compile(table, FieldContext(root, allow_outside_root))
     except ManifestError as exc:  # say which manifest; text that is not UTF-8 reads as binary

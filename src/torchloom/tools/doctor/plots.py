@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from torchloom.errors import TorchloomError
+from torchloom.io.files import Inside
 from torchloom.io.image import read_image
 from torchloom.tools.terminal import printable
 
@@ -35,7 +36,7 @@ def plots_available() -> bool:
 
 
 def write_plots(
-    document: dict[str, Any], out: str, sizes: np.ndarray, *, inside: str | None = None
+    document: dict[str, Any], out: str, sizes: np.ndarray, *, inside: Inside = None
 ) -> list[str]:
     """Draw the plots of a report document into ``out``; returns their paths relative to ``out``.
 
@@ -127,7 +128,7 @@ def _sizes(sizes: np.ndarray, path: str) -> str:
     return path
 
 
-def _pair(pair: dict[str, Any], path: str, inside: str | None) -> str:
+def _pair(pair: dict[str, Any], path: str, inside: Inside) -> str:
     figure = _figure(9.0, 5.0)
     what = (
         "identical bytes" if pair["exact"] else f"near duplicate: hashes {pair['distance']} of 64 bits apart"

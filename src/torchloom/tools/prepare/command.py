@@ -9,8 +9,10 @@
 Writes ``DIR/manifest.parquet`` and ``DIR/manifest.csv`` (see
 :mod:`torchloom.tools.prepare.pipeline` for the columns and :mod:`torchloom.tools.prepare.split` for the
 split rule), ``DIR/problems.csv`` when anything was left out, and with ``--materialize``
-``DIR/<split>/<label>/<file>``. RAW is only read. A re-run keeps every file's split from the
-previous manifest (``DIR/manifest.parquet``, or ``--previous``) and places only new files.
+``DIR/<split>/<label>/<file>``. RAW is only read; it may be a URL (``s3://bucket/raw``, with
+``--storage-option``: :mod:`torchloom.tools.storage`), DIR is a local folder. A re-run keeps
+every file's split from the previous manifest (``DIR/manifest.parquet``, or ``--previous``) and
+places only new files.
 
 Exit status: 0 when every image was labelled and readable and every label entry matched a
 file; 1 when something was left out (unmatched, unknown, ambiguous or unreadable entries,
@@ -36,6 +38,7 @@ from collections import Counter
 from typing import Any
 
 from torchloom.errors import ConfigError, MissingFileError, TorchloomError, UnsafeFileError
+from torchloom.io.files import is_url
 from torchloom.tools.prepare.labels import CSV_LABEL_COLUMNS, CSV_PATH_COLUMNS, parse_rules, read_label_map
 from torchloom.tools.prepare.pipeline import (
     PROBLEM_KINDS,
@@ -45,6 +48,7 @@ from torchloom.tools.prepare.pipeline import (
 )
 from torchloom.tools.prepare.previous import previous_manifest
 from torchloom.tools.prepare.split import parse_fractions
+from torchloom.tools.storage import add_storage_arguments, storage_options_of
 from torchloom.tools.terminal import EXIT_CLEAN, EXIT_PROBLEMS, Output, add_threads_argument, fail
 
 #: The one problem kind whose files stay in the manifest (duplicates given different labels).
@@ -61,7 +65,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         description="Label RAW's images, split them (stratified, deterministic, stable when files are "
         "added) and write DIR/manifest.parquet and DIR/manifest.csv. RAW is never modified.",
     )
-    parser.add_argument("raw", help="the folder of raw images (searched recursively)")
+    parser.add_argument(
+        "raw", help="the folder of raw images (searched recursively), local or a URL (s3://bucket/raw)"
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--labels",
@@ -99,6 +105,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     add_threads_argument(parser, "checking and hashing the files")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_storage_arguments(parser)
     parser.set_defaults(handler=run)
     return parser
 
@@ -109,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
         fractions = parse_fractions(args.fractions)
         if args.seed < 0:
             raise ConfigError(f"--seed must be >= 0, got {args.seed}")
-        if not os.path.isdir(args.raw):
+        if not is_url(args.raw) and not os.path.isdir(args.raw):
             raise ConfigError(f"RAW {args.raw!r} is not a folder; pass the folder of raw images")
+        storage_options = storage_options_of(args)
         rules = parse_rules(args.rule) if args.rule else None
         if args.previous is not None and not os.path.isfile(args.previous):
             raise MissingFileError(
@@ -135,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             num_threads=args.threads,
             progress=not args.json,
             previous=previous_manifest(args.out, args.previous),
+            storage_options=storage_options,
         )
     except (TorchloomError, OSError) as exc:
         return fail("prepare", exc)
@@ -225,11 +234,12 @@ def print_report(out: Output, result: PrepareResult, args: argparse.Namespace) -
         out.line("nothing written: no image is both labelled and readable")
         return
     out.line("wrote " + ", ".join(result.written))
-    root = os.path.abspath(args.out if args.materialize else args.raw)
+    root = args.raw if is_url(args.raw) else os.path.abspath(args.out if args.materialize else args.raw)
     split = result.split_names[0]
+    reach = ", storage_options=..." if is_url(args.raw) else ""
     out.line(
         f"load a split: ManifestDataset(pyarrow.parquet.read_table({result.written[0]!r}, "
-        f"filters=[('split', '==', {split!r})]), root={root!r})"
+        f"filters=[('split', '==', {split!r})]), root={root!r}{reach})"
     )
 
 

@@ -10,8 +10,15 @@ manifest placed (``OUT/manifest.parquet``, or ``previous=``) and places only the
 Manifest columns: ``image`` (the path :class:`torchloom.ManifestDataset` reads: relative to OUT
 when materialized, so ``ManifestDataset("OUT/manifest.parquet")`` works as is; otherwise
 relative to RAW, so pass ``root=RAW``), ``label``, ``split``, ``source`` (the path relative to
-RAW), ``blake2b`` (128-bit content hash), ``rebalanced`` (moved out of its hash split by
-balancing) and ``duplicate_group`` (``-1`` when not grouped). ``manifest.csv`` holds the same,
+RAW), ``blake2b`` (128-bit content hash), ``bytes`` (the file's size, which a
+:class:`~torchloom.ManifestDataset` on an object store checks every read against),
+``rebalanced`` (moved out of its hash split by balancing) and ``duplicate_group`` (``-1`` when
+not grouped).
+
+RAW may be a URL (``s3://bucket/raw``, reached with ``storage_options``): its prefix is listed
+once and walked by the same rules, each object read in one GET; the manifest's paths stay
+relative to RAW (pass ``root=RAW`` and the same ``storage_options`` to the dataset). Materializing
+and ``group_duplicates`` need a local RAW. ``manifest.csv`` holds the same,
 escaped for spreadsheets (:mod:`torchloom.tools.output_files`: a path that would run as a formula
 gets ``./`` before it); every file is written atomically.
 """
@@ -21,17 +28,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pa_parquet
 
 from torchloom.datasets.discovery import Exclusion, find_tree
+from torchloom.datasets.listing import PrefixListing
+from torchloom.datasets.options import IndexingSettings, object_store
 from torchloom.errors import ConfigError
-from torchloom.io.files import lies_inside
+from torchloom.io.files import Inside, is_url, lies_inside
+from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.tools.doctor.duplicates import duplicate_groups
 from torchloom.tools.output_files import refuse_output_inside, write_atomically, write_csv
 from torchloom.tools.prepare.labels import Labelling, Rule, label_by_map, label_by_rules, parse_rules
@@ -109,11 +120,15 @@ def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
     """Refuse an ``out`` inside ``raw`` (raw is never written), a ``raw`` that a rebuild of
     ``out``'s split folders would delete, and (when ``materializing``) split folders in ``out``
     that prepare did not make."""
-    refuse_output_inside(raw, out, "RAW", "prepare never writes into RAW")
-    real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
-    for name in (*SPLIT_NAMES, STAGING_FOLDER):
-        if lies_inside(real_raw, os.path.join(real_out, name)):
-            raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
+    if is_url(out):
+        raise ConfigError(f"--out {out!r} is a URL; prepare writes its manifest to a local folder")
+    if is_url(raw) and materializing:
+        raise ConfigError(
+            f"--materialize copies RAW's files into --out, but RAW {raw!r} is a URL: use the "
+            "manifest as it is (ManifestDataset(..., root=RAW, storage_options=...))"
+        )
+    if not is_url(raw):  # a local OUT lies neither inside a URL RAW nor around it
+        _refuse_overlap(raw, out)
     ours = os.path.exists(os.path.join(out, f"{MANIFEST_STEM}.csv"))
     for name in SPLIT_NAMES if materializing else ():
         if os.path.exists(os.path.join(out, name)) and not ours:
@@ -121,6 +136,14 @@ def check_output_folder(raw: str, out: str, *, materializing: bool) -> None:
                 f"{os.path.join(out, name)!r} exists and was not made by torchloom prepare "
                 f"(no {MANIFEST_STEM}.csv beside it); choose an empty --out"
             )
+
+
+def _refuse_overlap(raw: str, out: str) -> None:
+    refuse_output_inside(raw, out, "RAW", "prepare never writes into RAW")
+    real_raw, real_out = os.path.realpath(raw), os.path.realpath(out)
+    for name in (*SPLIT_NAMES, STAGING_FOLDER):
+        if lies_inside(real_raw, os.path.join(real_out, name)):
+            raise ConfigError(f"RAW {raw!r} is inside {os.path.join(out, name)!r}, which prepare rebuilds")
 
 
 def prepare_dataset(
@@ -136,6 +159,7 @@ def prepare_dataset(
     num_threads: int | None = None,
     progress: bool = True,
     previous: str | None = None,
+    storage_options: Mapping[str, Any] | ObjectStore | None = None,
 ) -> PrepareResult:
     """Label, check, split and write ``OUT/manifest.parquet`` and ``OUT/manifest.csv`` (the columns
     and the checks: :mod:`torchloom.tools.prepare.pipeline`'s notes); give ``label_entries`` (from
@@ -145,7 +169,8 @@ def prepare_dataset(
     ``out/manifest.parquet`` when there is one; see :mod:`torchloom.tools.prepare.split`).
     ``num_threads``: threads checking and hashing the files (default: the one rule for file work,
     see :class:`~torchloom.datasets.IndexingOptions`). ``progress``: a progress bar while they run,
-    shown on a terminal once the work has taken a second.
+    shown on a terminal once the work has taken a second. ``storage_options``: how to reach a
+    ``raw`` given as a URL, as datasets take it.
 
     Example:
         >>> import numpy as np, os, simplejpeg, tempfile
@@ -165,8 +190,16 @@ def prepare_dataset(
     names = tuple(SPLIT_NAMES[: len(fractions)])
     previous = previous_manifest(out, previous)
     previous_splits = read_previous_splits(previous, names) if previous is not None else {}
-    found = find_tree(raw)  # never follows a link out of RAW; hidden entries are left out
-    inside = os.path.realpath(raw)  # and no read does either, whatever changes after the walk
+    inside: Inside
+    if is_url(raw):
+        if group_duplicates:
+            raise ConfigError(f"--group-duplicates needs a local RAW; {raw!r} is a URL")
+        inside = ObjectRoot(raw, object_store(storage_options))
+        found = find_tree(inside.url, lister=PrefixListing(inside, progress=progress))
+        num_threads = IndexingSettings(num_threads=num_threads).threads_for(inside)
+    else:
+        found = find_tree(raw)  # never follows a link out of RAW; hidden entries are left out
+        inside = os.path.realpath(raw)  # and no read does either, whatever changes after the walk
     files = found.relative_paths()
     if label_entries is not None:
         labelling = label_by_map(files, label_entries)
@@ -206,6 +239,7 @@ def prepare_dataset(
             "split": split,
             "source": paths,
             "blake2b": [checks[i].digest for i in rows],
+            "bytes": pa.array([checks[i].size for i in rows], pa.int64()),
             "rebalanced": [bool(result.rebalanced[unit]) for unit in unit_of],
             "duplicate_group": group_of.tolist(),
         }
@@ -322,7 +356,7 @@ def _write(
     fractions: Sequence[float],
     seed: int,
     mode: MaterializeMode | None,
-    inside: str,
+    inside: Inside,
 ) -> None:
     os.makedirs(out, exist_ok=True)
     table = prepared.manifest
@@ -332,7 +366,8 @@ def _write(
         shutil.rmtree(staging, ignore_errors=True)
         sources = [os.path.join(raw, *p.split("/")) for p in table.column("source").to_pylist()]
         targets = [os.path.join(staging, *p.split("/")) for p in images]
-        prepared.copied_instead_of_linked = materialize(sources, targets, mode=mode, inside=inside)
+        local = inside if isinstance(inside, str) else None  # check_output_folder refused a URL RAW
+        prepared.copied_instead_of_linked = materialize(sources, targets, mode=mode, inside=local)
         for name in SPLIT_NAMES:
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
             if os.path.isdir(os.path.join(staging, name)):
@@ -340,7 +375,8 @@ def _write(
         shutil.rmtree(staging)
         table = table.set_column(0, "image", pa.array(images, pa.string()))
         prepared.manifest = table
-    settings = {"raw": os.path.abspath(raw), "fractions": list(fractions), "seed": seed, "materialize": mode}
+    source = raw if is_url(raw) else os.path.abspath(raw)
+    settings = {"raw": source, "fractions": list(fractions), "seed": seed, "materialize": mode}
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(settings).encode()})
     parquet, csv = (os.path.join(out, f"{MANIFEST_STEM}{suffix}") for suffix in (".parquet", ".csv"))
     write_atomically(parquet, lambda handle: pa_parquet.write_table(table, handle))

@@ -7,7 +7,8 @@
 
 DATA is a class folder (read with :class:`torchloom.FolderDataset`; a split root needs
 ``--split``) or a manifest (read with :class:`torchloom.ManifestDataset`, default fields ``image``
-and ``label``). ``--n`` samples are drawn with ``--seed`` and transformed with their own
+and ``label``), local or in an object store (``s3://...`` with ``--storage-option``: see
+:mod:`torchloom.tools.storage`). ``--n`` samples are drawn with ``--seed`` and transformed with their own
 ``(seed, epoch 0, index)`` generator, so the same command draws the same grid. ``--transform`` is parsed by
 :func:`torchloom.tools.show.transform_spec.parse_transform_spec` (no ``eval``). With ``--batch``
 the samples are collated by ``Collate({"image": PadImages(multiple_of=...)})`` and each padded
@@ -46,9 +47,11 @@ from torchloom.datasets.manifest import MissingFilesWarning
 from torchloom.datasets.opening import open_image_dataset
 from torchloom.errors import ConfigError, TorchloomError
 from torchloom.faults import Skipped
+from torchloom.io.files import is_url
 from torchloom.seeding import SampleKey
 from torchloom.tools.show.grid import Tile, draw_grid
 from torchloom.tools.show.transform_spec import ALLOWED_TRANSFORMS, parse_transform_spec
+from torchloom.tools.storage import refuse_url_output, storage_options_of
 from torchloom.tools.terminal import (
     EXIT_CLEAN,
     EXIT_PROBLEMS,
@@ -92,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
                 f"--n and --multiple-of must be >= 1 and --seed >= 0 (got {args.n}, "
                 f"{args.multiple_of}, {args.seed})"
             )
-        if not os.path.exists(args.data):
+        if not is_url(args.data) and not os.path.exists(args.data):
             raise ConfigError(f"DATA {args.data!r} does not exist; pass a class folder or a manifest file")
+        refuse_url_output("--out", args.out)
+        storage_options = storage_options_of(args)
         folder = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(folder) or os.path.isdir(args.out):
             raise ConfigError(
@@ -108,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             split=args.split,
             allow_outside_root=args.allow_outside_root,
+            storage_options=storage_options,
         )
         report = dataset.report if isinstance(dataset, (FolderDataset, ManifestDataset)) else DatasetReport()
         print_left_out("show", report.summary(root=getattr(dataset, "root", None)))
@@ -149,11 +155,12 @@ def open_dataset(
     split: str | None = None,
     allow_outside_root: bool = False,
     progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> IndexedDataset:
     """A class folder (or a ``split`` of a split root) as :class:`FolderDataset`, anything else as a
-    :class:`ManifestDataset`; broken samples are skipped (and reported by the command, which prints
-    what was left out: the manifest's warning about missing files would say it twice), transform
-    bugs raise."""
+    :class:`ManifestDataset` (a URL read with ``storage_options``); broken samples are skipped (and
+    reported by the command, which prints what was left out: the manifest's warning about missing
+    files would say it twice), transform bugs raise."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingFilesWarning)
         return open_image_dataset(
@@ -164,6 +171,7 @@ def open_dataset(
             on_error="skip",
             progress=progress,
             allow_outside_root=allow_outside_root,
+            storage_options=storage_options,
         )
 
 
