@@ -54,7 +54,9 @@ class ManifestDataset(IndexedDataset):
     does not exist are also said once, as a :class:`MissingFilesWarning` with their count. A path that
     leaves ``root`` (``..``, an absolute path elsewhere, or a symlink) always raises
     :class:`torchloom.errors.PathOutsideRootError` naming the row, unless
-    ``allow_outside_root=True``; a URL (``s3://...``) an :class:`~torchloom.errors.UnsupportedURLError`.
+    ``allow_outside_root=True``. The manifest and ``root`` may be URLs (``s3://bucket/train``, with
+    ``storage_options=``): rows are then keys below the root prefix, confined to it segment by
+    segment, and a URL row under a local root is refused.
 
     On an object store (a manifest URL, or ``root`` a URL), a ``bytes`` column (:data:`SIZE_COLUMN`,
     which ``torchloom prepare`` writes) gives each row's object size: a read of an object of
