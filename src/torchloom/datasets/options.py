@@ -128,8 +128,9 @@ class IndexingOptions(SampleOptions, total=False):
             validates and broadcasts the index, which the other ranks take without a request:
             ``None`` (default) for a root or manifest given as a URL, ``True`` for local files too
             (the ranks must see the same paths), ``False`` never. Every rank must then construct
-            the dataset; see :mod:`torchloom.datasets.shared_index`. ``FolderDataset`` and
-            ``ManifestDataset`` share; the others index on every rank.
+            the dataset, in the same order (a collective call, as with ``DistributedSampler``); an
+            error on rank 0 is raised on every rank. ``FolderDataset`` and ``ManifestDataset``
+            share; the others index on every rank.
 
     Example:
         >>> import tempfile
