@@ -10,7 +10,8 @@ It happens by itself for a root or manifest given as a URL; ``share_index=True``
 local files too (every rank must then see the same paths: one node, or a shared filesystem),
 ``share_index=False`` lets every rank index for itself. Sharing is a collective call: every rank
 must construct the dataset, in the same order, as with ``DistributedSampler``; a rank that does
-not leaves the others waiting up to the process group's ``timeout``. With NCCL the broadcast
+not leaves the others waiting up to the process group's ``timeout``, which also bounds how long
+rank 0 may take to index (10 minutes by default with NCCL, 30 with gloo). With NCCL the broadcast
 goes through ``torch.cuda.current_device()``: call ``torch.cuda.set_device(local_rank)`` first,
 as DDP needs anyway.
 
