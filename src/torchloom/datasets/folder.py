@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,11 +15,13 @@ from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
 from torchloom.datasets.index import DatasetReport, SampleIndex, check_image_file, keep_valid, validate_files
 from torchloom.datasets.listing import PrefixListing
-from torchloom.datasets.options import IndexingOptions, indexing_settings
+from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
+from torchloom.datasets.shared_index import bound_to, built_once, shares_index
 from torchloom.datasets.walk import require_folder
 from torchloom.errors import EmptyDatasetError, ValidationFailedError
+from torchloom.io.files import Inside
 from torchloom.io.image import DEFAULT_MAX_PIXELS
-from torchloom.io.objects import ObjectRoot
+from torchloom.io.objects import ObjectRoot, ObjectStore
 
 
 class FolderDataset(IndexedDataset):
@@ -78,61 +81,20 @@ class FolderDataset(IndexedDataset):
         **options: Unpack[IndexingOptions],
     ) -> None:
         sample, indexing = indexing_settings(options, what=type(self))
-        self.root = os.fspath(root)
-        read_root = indexing.read_root(self.root, sample.store)
-        lister = None
-        if isinstance(read_root, ObjectRoot):
-            self.root = read_root.url
-            lister = PrefixListing(read_root, progress=indexing.progress)
-        else:
-            require_folder(self.root, "FolderDataset root ")
-        found = find_samples(
-            self.root,
-            extensions=extensions,
-            split=split,
-            allow_outside_root=indexing.allow_outside_root,
-            what="FolderDataset",
-            lister=lister,
+        root_text = os.fspath(root)
+        built = built_once(
+            lambda: _index_folder(root_text, sample.store, indexing, split, extensions, max_pixels),
+            share=shares_index(indexing.share_index, root_text),
+            what=f"FolderDataset {root_text!r}",
         )
-        if not found.classes:
-            loose = f" ({len(found.paths)} file(s) lie directly in it)" if len(found.paths) else ""
-            raise EmptyDatasetError(
-                f"FolderDataset root {self.root!r} has no class folders{loose}; expected root/<class>/<image>"
-            )
+        self.root = built.root
         #: The split folder read (``split=``), or None.
-        self.split = found.split_names[0] if found.layout == "splits" else None
-        self.classes = found.classes
+        self.split = built.split
+        self.classes = built.classes
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        if indexing.strict and found.refused:
-            raise ValidationFailedError(
-                f"FolderDataset {self.root!r}", [(item.path, item.text) for item in found.refused]
-            )
-        self.report = DatasetReport()
-        found.add_to(self.report)
-        # A listing saw every object: "exists" needs no request more.
-        mode = "none" if lister is not None and indexing.validate == "exists" else indexing.validate
-        reasons = validate_files(
-            found.paths,
-            lambda path: check_image_file(path, mode, max_pixels, inside=read_root),
-            num_threads=indexing.threads_for(read_root),
-            progress=indexing.progress and mode != "none",
-            description=f"validating {os.path.basename(self.root) or self.root}",
-        )
-        keep = keep_valid(
-            reasons,
-            found.paths.__getitem__,
-            self.report,
-            strict=indexing.strict,
-            what=f"FolderDataset {self.root!r}",
-        )
-        if len(keep) == 0:
-            raise EmptyDatasetError(
-                f"FolderDataset {self.root!r} has no usable images "
-                f"(extensions {[e.lower() for e in extensions]}):\n{self.report}"
-            )
-        index = SampleIndex(found.paths, found.labels).take(keep)
-        super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
-        self.read_root = read_root
+        self.report = built.report
+        super().__init__(built.index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
+        self.read_root = bound_to(built.read_root, sample.store)
         self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:
             warnings.warn(
@@ -163,3 +125,73 @@ class FolderDataset(IndexedDataset):
 
     def __repr__(self) -> str:
         return f"FolderDataset({self.root!r}, {len(self)} samples, {len(self.classes)} classes)"
+
+
+@dataclass(frozen=True)
+class _FolderIndex:
+    """What a FolderDataset's construction finds: the same on every rank (rank 0 may find it for all)."""
+
+    root: str
+    split: str | None
+    classes: list[str]
+    report: DatasetReport
+    index: SampleIndex
+    #: Where reads stay, with the sizes and ETags a listing and validation saw.
+    read_root: Inside
+
+
+def _index_folder(
+    root: str,
+    store: ObjectStore,
+    indexing: IndexingSettings,
+    split: str | None,
+    extensions: Sequence[str],
+    max_pixels: int,
+) -> _FolderIndex:
+    """List ``root`` (a folder or a prefix URL), keep the images that validate, and report the rest."""
+    read_root = indexing.read_root(root, store)
+    lister = None
+    if isinstance(read_root, ObjectRoot):
+        root = read_root.url
+        lister = PrefixListing(read_root, progress=indexing.progress)
+    else:
+        require_folder(root, "FolderDataset root ")
+    found = find_samples(
+        root,
+        extensions=extensions,
+        split=split,
+        allow_outside_root=indexing.allow_outside_root,
+        what="FolderDataset",
+        lister=lister,
+    )
+    if not found.classes:
+        loose = f" ({len(found.paths)} file(s) lie directly in it)" if len(found.paths) else ""
+        raise EmptyDatasetError(
+            f"FolderDataset root {root!r} has no class folders{loose}; expected root/<class>/<image>"
+        )
+    if indexing.strict and found.refused:
+        raise ValidationFailedError(
+            f"FolderDataset {root!r}", [(item.path, item.text) for item in found.refused]
+        )
+    report = DatasetReport()
+    found.add_to(report)
+    # A listing saw every object: "exists" needs no request more.
+    mode = "none" if lister is not None and indexing.validate == "exists" else indexing.validate
+    reasons = validate_files(
+        found.paths,
+        lambda path: check_image_file(path, mode, max_pixels, inside=read_root),
+        num_threads=indexing.threads_for(read_root),
+        progress=indexing.progress and mode != "none",
+        description=f"validating {os.path.basename(root) or root}",
+    )
+    keep = keep_valid(
+        reasons, found.paths.__getitem__, report, strict=indexing.strict, what=f"FolderDataset {root!r}"
+    )
+    if len(keep) == 0:
+        raise EmptyDatasetError(
+            f"FolderDataset {root!r} has no usable images "
+            f"(extensions {[e.lower() for e in extensions]}):\n{report}"
+        )
+    split_read = found.split_names[0] if found.layout == "splits" else None
+    index = SampleIndex(found.paths, found.labels).take(keep)
+    return _FolderIndex(root, split_read, found.classes, report, index, read_root)

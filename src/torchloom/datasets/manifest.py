@@ -24,6 +24,7 @@ from torchloom.datasets.index import (
     validate_files,
 )
 from torchloom.datasets.options import IndexingOptions, indexing_settings
+from torchloom.datasets.shared_index import bound_to, built_once, shares_index
 from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError
 from torchloom.io.file_errors import REASON_MISSING
 from torchloom.io.files import Inside, is_url
@@ -106,7 +107,12 @@ class ManifestDataset(IndexedDataset):
         sample, indexing = indexing_settings(options, what=type(self))
         if not fields:
             raise ManifestError("ManifestDataset needs at least one field, e.g. Image('path')")
-        table, self.source, root_path = _load_manifest(manifest, root, _string_columns(fields), sample.store)
+        share = shares_index(indexing.share_index, manifest, root)
+        table, self.source, root_path = built_once(
+            lambda: _load_manifest(manifest, root, _string_columns(fields), sample.store),
+            share=share and not isinstance(manifest, pa.Table),
+            what="a ManifestDataset's manifest",
+        )
         self.root = root_path
         names = [f.name or getattr(f, "column", "") for f in fields]
         duplicated = sorted({n for n in names if names.count(n) > 1})
@@ -136,14 +142,19 @@ class ManifestDataset(IndexedDataset):
             pending = np.flatnonzero(reasons == None)  # noqa: E711
             if indexing.validate == "exists":  # a size from the manifest says the object is there
                 pending = pending[~vouched[pending]]
-            checks = validate_files(
-                [paths[int(row)] for row in pending],
-                lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
-                num_threads=indexing.threads_for(read_root),
-                progress=indexing.progress and indexing.validate != "none",
-                description=f"validating {os.path.basename(self.source)}",
-            )
-            reasons[pending] = checks
+
+            def validated() -> tuple[np.ndarray, Inside]:
+                checks = validate_files(
+                    [paths[int(row)] for row in pending],
+                    lambda path: check_image_file(path, indexing.validate, max_pixels, inside=read_root),
+                    num_threads=indexing.threads_for(read_root),
+                    progress=indexing.progress and indexing.validate != "none",
+                    description=f"validating {os.path.basename(self.source)}",
+                )
+                return checks, read_root  # with the sizes and ETags the checks saw
+
+            what = f"ManifestDataset {self.source!r}"
+            reasons[pending], read_root = built_once(validated, share=share, what=what)
         keep = keep_valid(
             reasons,
             lambda row: self._row_name(row, paths),
@@ -164,7 +175,7 @@ class ManifestDataset(IndexedDataset):
             label.values if label is not None else np.full(len(keep), -1, np.int64),
         )
         super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
-        self.read_root = read_root
+        self.read_root = bound_to(read_root, sample.store)
 
     def _warn_missing(self) -> None:
         """Say once how many rows name files that are not there: a silent drop looks like a smaller

@@ -124,6 +124,13 @@ class IndexingOptions(SampleOptions, total=False):
             may use, at most 32; the same rule for all file work: validation, the decoded cache,
             ``doctor``, ``prepare``. The :class:`~torchloom.Loader` caps its batch threads at 8).
         progress: show a progress bar while they run (default ``True``).
+        share_index: under DDP (a default process group of two or more ranks), rank 0 lists and
+            validates and broadcasts the index, which the other ranks take without a request:
+            ``None`` (default) for a root or manifest given as a URL, ``True`` for local files too
+            (the ranks must see the same paths), ``False`` never. Every rank must then construct
+            the dataset, in the same order (a collective call, as with ``DistributedSampler``); an
+            error on rank 0 is raised on every rank. ``FolderDataset`` and ``ManifestDataset``
+            share; the others index on every rank.
 
     Example:
         >>> import tempfile
@@ -143,6 +150,7 @@ class IndexingOptions(SampleOptions, total=False):
     allow_outside_root: bool
     num_threads: int | None
     progress: bool
+    share_index: bool | None
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ class IndexingSettings:
     allow_outside_root: bool = False
     num_threads: int | None = None
     progress: bool = True
+    share_index: bool | None = None
 
     def threads_for(self, read_root: Inside) -> int | None:
         """Threads that check files under ``read_root``: ``num_threads``, or for an object store
@@ -220,6 +229,7 @@ def indexing_settings(
         allow_outside_root=_flag(options, "allow_outside_root", IndexingSettings.allow_outside_root),
         num_threads=None if num_threads is None else int(num_threads),
         progress=_flag(options, "progress", IndexingSettings.progress),
+        share_index=_share_index(options.get("share_index")),
     )
     return sample, indexing
 
@@ -316,6 +326,12 @@ def _flag(options: Mapping[str, Any], name: str, default: bool) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ConfigError(f"{name} must be True or False, got {name}={value!r}")
     return bool(value)
+
+
+def _share_index(value: object) -> bool | None:
+    if value is not None and not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"share_index must be True, False or None, got share_index={value!r}")
+    return None if value is None else bool(value)
 
 
 def _is_int(value: object) -> bool:
