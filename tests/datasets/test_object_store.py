@@ -132,12 +132,13 @@ def test_a_row_leading_outside_the_root_prefix_is_refused_naming_it(
         )
 
 
+@pytest.mark.parametrize("presigned", [True, False], ids=["presigned GETs", "get_object"])
 def test_throttling_resets_and_stalls_are_retried_and_counted(
-    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, presigned: bool
 ) -> None:
     put_images(s3_server.filesystem(), s3_bucket, 4)
     options = {**s3_proxy.storage_options, "config_kwargs": {"read_timeout": 1, "connect_timeout": 1}}
-    store = ObjectStore(options, backoff=0.01)
+    store = ObjectStore(options, backoff=0.01, presigned_gets=presigned)
     dataset = manifest(s3_bucket, store, validate="none")
     s3_proxy.fail_next(3, 503, "SlowDown", path_glob="*/cat/*")
     s3_proxy.drop_next(2, path_glob="*/dog/001.jpg")  # aiohttp resends once after a reset, unseen
