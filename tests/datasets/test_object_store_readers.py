@@ -1,0 +1,111 @@
+"""Every reader beside images on a real S3 server (SeaweedFS on loopback, behind the counting
+proxy): volumes, hyperspectral cubes, tables, streams and the decoded cache."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from s3proxy import FaultProxy
+from s3server import S3Bucket, S3Server
+from torchloom.datasets import Manifest, VolumeDataset
+from torchloom.errors import PathOutsideRootError
+from torchloom.io import ObjectStore
+
+
+def store_for(proxy: FaultProxy) -> ObjectStore:
+    return ObjectStore(proxy.storage_options, backoff=0.01)
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def npz_bytes(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def put_volumes(fs: Any, bucket: S3Bucket) -> dict[str, np.ndarray]:
+    """Four volumes in class folders: three ``.npy`` (one of 1 MiB), one stored ``.npz``."""
+    volumes = {
+        "scans/ct/a.npy": np.arange(4 * 8 * 8, dtype=np.int16).reshape(4, 8, 8),
+        "scans/ct/big.npy": np.arange(64 * 64 * 64, dtype=np.float32).reshape(64, 64, 64),
+        "scans/mri/b.npy": np.ones((2, 3, 5, 5), np.uint8),
+        "scans/mri/c.npz": np.full((3, 4, 4), 7, np.int32),
+    }
+    for key, array in volumes.items():
+        data = npz_bytes(ct=array) if key.endswith(".npz") else npy_bytes(array)
+        fs.pipe(bucket.path(key), data)
+    return volumes
+
+
+def test_a_volume_folder_url_is_listed_once_and_probed_by_one_ranged_get_each(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket
+) -> None:
+    volumes = put_volumes(s3_server.filesystem(), s3_bucket)
+    store = store_for(s3_proxy)
+    dataset = VolumeDataset(s3_bucket.url_of("scans"), array="ct", storage_options=store, progress=False)
+    counts = s3_proxy.requests
+    # The prefix listed once (its first level, then each class prefix), then per .npy one ranged
+    # GET of its first block (the 1 MiB one is not downloaded); the npz's zip directory is read
+    # from its end: at most three per archive.
+    assert (counts.lists, counts.heads, counts.gets) == (3, 0, 0)
+    assert 4 <= counts.ranged_gets <= 6
+    assert store.stats.bytes < 300_000
+    assert dataset.classes == ["ct", "mri"]
+    assert dataset.shapes.tolist() == [[0, 4, 8, 8], [0, 64, 64, 64], [2, 3, 5, 5], [0, 3, 4, 4]]
+    for i, key in enumerate(sorted(volumes)):
+        sample = dataset[i]
+        assert sample["path"] == s3_bucket.url_of(key)
+        assert np.array_equal(sample["volume"].numpy(), volumes[key])
+    assert s3_proxy.requests.heads == 0
+
+
+def test_a_volume_manifest_url_reads_its_rows_from_the_store(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket
+) -> None:
+    fs = s3_server.filesystem()
+    volumes = put_volumes(fs, s3_bucket)
+    fs.pipe(s3_bucket.path("scans/list.csv"), b"path,label\nct/a.npy,ct\nmri/b.npy,mri\nmri/gone.npy,mri\n")
+    store = store_for(s3_proxy)
+    source = Manifest(s3_bucket.url_of("scans/list.csv"))
+    dataset = VolumeDataset(source, storage_options=store, progress=False)
+    assert s3_proxy.requests.lists == 0
+    assert len(dataset) == 2 and dataset.classes == ["ct", "mri"]
+    assert [reason for path, reason in dataset.report.invalid if path.endswith("gone.npy")]
+    assert np.array_equal(dataset[1]["volume"].numpy(), volumes["scans/mri/b.npy"])
+    table = pa.table({"path": ["ct/a.npy"], "label": [0]})
+    rows = VolumeDataset(
+        Manifest(table, root=s3_bucket.url_of("scans")), storage_options=store, progress=False
+    )
+    assert np.array_equal(rows[0]["volume"].numpy(), volumes["scans/ct/a.npy"])
+
+
+def test_a_volume_url_outside_the_manifest_root_is_refused(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket
+) -> None:
+    put_volumes(s3_server.filesystem(), s3_bucket)
+    table = pa.table({"path": ["a.npy", s3_bucket.url_of("scans/mri/b.npy")]})
+    with pytest.raises(PathOutsideRootError, match=r"row 1: path 's3://.*/scans/mri/b\.npy' is outside"):
+        VolumeDataset(Manifest(table, root=s3_bucket.url_of("scans/ct")), storage_options=store_for(s3_proxy))
+    assert s3_proxy.requests.total == 0
+
+
+def test_a_truncated_npy_object_is_left_out_naming_it(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket
+) -> None:
+    fs = s3_server.filesystem()
+    put_volumes(fs, s3_bucket)
+    fs.pipe(s3_bucket.path("scans/ct/cut.npy"), npy_bytes(np.zeros((4, 8, 8), np.int16))[:-10])
+    dataset = VolumeDataset(s3_bucket.url_of("scans"), array="ct", storage_options=store_for(s3_proxy),
+                            progress=False)
+    assert len(dataset) == 4
+    assert [path for path, _ in dataset.report.invalid] == [s3_bucket.url_of("scans/ct/cut.npy")]
