@@ -4,17 +4,19 @@ proxy): volumes, hyperspectral cubes, tables, streams and the decoded cache."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from s3proxy import FaultProxy
 from s3server import S3Bucket, S3Server
-from torchloom.datasets import Manifest, VolumeDataset
-from torchloom.errors import PathOutsideRootError
-from torchloom.io import ObjectStore
+from torchloom.datasets import HyperspectralDataset, Manifest, VolumeDataset
+from torchloom.errors import DecodeError, PathOutsideRootError
+from torchloom.io import ObjectStore, write_envi
 
 
 def store_for(proxy: FaultProxy) -> ObjectStore:
@@ -109,3 +111,79 @@ def test_a_truncated_npy_object_is_left_out_naming_it(
                             progress=False)
     assert len(dataset) == 4
     assert [path for path, _ in dataset.report.invalid] == [s3_bucket.url_of("scans/ct/cut.npy")]
+
+
+# -- hyperspectral cubes ----------------------------------------------------------------------
+
+SCENE = (200, 300, 32)  # lines, samples, bands: 3,840,000 bytes of int16
+
+
+def scene() -> np.ndarray:
+    return np.arange(np.prod(SCENE), dtype=np.int16).reshape(SCENE)
+
+
+def put_envi(fs: Any, bucket: S3Bucket, tmp_path: Path, interleave: str) -> str:
+    """An ENVI cube (header and data file) below ``scenes/``; the header's URL."""
+    data = write_envi(str(tmp_path / f"{interleave}.img"), scene(), interleave=interleave)
+    fs.put_file(data, bucket.path(f"scenes/{interleave}.img"))
+    fs.put_file(data[: -len(".img")] + ".hdr", bucket.path(f"scenes/{interleave}.hdr"))
+    return bucket.url_of(f"scenes/{interleave}.hdr")
+
+
+@pytest.mark.parametrize("interleave", ["bsq", "bil", "bip"])
+def test_a_patch_of_an_envi_url_is_ranged_gets_of_far_fewer_bytes_than_the_cube(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path, interleave: str
+) -> None:
+    header = put_envi(s3_server.filesystem(), s3_bucket, tmp_path, interleave)
+    mask = np.zeros(SCENE[:2], np.int64)
+    mask[40, 30], mask[0, 299] = 3, 5
+    store = store_for(s3_proxy)
+    patches = HyperspectralDataset(header, masks=mask, patch_size=9, storage_options=store)
+    assert (s3_proxy.requests.gets, s3_proxy.requests.heads) == (0, 0)  # header and size: ranged
+    s3_proxy.reset_counts()
+    before = store.stats.bytes
+    sample = patches[1]  # pixels in row order: (0, 299), then (40, 30)
+    counts = s3_proxy.requests
+    assert counts.total == counts.ranged_gets > 0
+    assert store.stats.bytes - before < np.prod(SCENE) * 2 // 10
+    expected = scene()[36:45, 26:35].transpose(2, 0, 1)
+    assert sample["label"] == 3 and np.array_equal(sample["image"].numpy(), expected)
+    edge = patches[0]["image"].numpy()  # reflected past the corner, as a local cube is
+    local = HyperspectralDataset(str(tmp_path / f"{interleave}.img"), masks=mask, patch_size=9)
+    assert np.array_equal(edge, local[0]["image"].numpy())
+
+
+def test_an_envi_cube_url_is_found_from_its_data_file_and_its_size_is_checked(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    fs = s3_server.filesystem()
+    put_envi(fs, s3_bucket, tmp_path, "bip")
+    store = store_for(s3_proxy)
+    whole = HyperspectralDataset(s3_bucket.url_of("scenes/bip.img"), labels=[1], storage_options=store)
+    assert np.array_equal(whole[0]["image"].numpy(), scene().transpose(2, 0, 1))
+    fs.pipe(s3_bucket.path("scenes/bip.img"), b"\0" * 100)
+    with pytest.raises(DecodeError, match=r"holds 100 bytes, but its header .* declares 3,840,000"):
+        HyperspectralDataset(s3_bucket.url_of("scenes/bip.hdr"), labels=[1], storage_options=store)
+
+
+def test_a_patch_of_an_hdf5_url_reads_its_chunks_by_ranged_gets(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    path = tmp_path / "scene.h5"
+    mask = np.zeros(SCENE[:2], np.uint8)
+    mask[60, 50] = 2
+    with h5py.File(path, "w") as f:
+        f.create_dataset("cube", data=scene(), chunks=(16, 16, SCENE[2]))
+        f.create_dataset("labels", data=mask)
+    s3_server.filesystem().put_file(str(path), s3_bucket.path("scenes/scene.h5"))
+    store = store_for(s3_proxy)
+    patches = HyperspectralDataset(
+        s3_bucket.url_of("scenes/scene.h5"), masks="labels", patch_size=9, storage_options=store
+    )
+    s3_proxy.reset_counts()
+    before = store.stats.bytes
+    sample = patches[0]
+    assert s3_proxy.requests.total == s3_proxy.requests.ranged_gets > 0
+    assert store.stats.bytes - before < path.stat().st_size // 2
+    assert np.array_equal(sample["image"].numpy(), scene()[56:65, 46:55].transpose(2, 0, 1))
+    assert sample["label"] == 2
