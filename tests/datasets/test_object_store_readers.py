@@ -10,13 +10,17 @@ from typing import Any
 import h5py
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pa_parquet
 import pytest
+from torch.utils.data import DataLoader
 
 from s3proxy import FaultProxy
 from s3server import S3Bucket, S3Server
+from torchloom import TableDataset
 from torchloom.datasets import HyperspectralDataset, Manifest, VolumeDataset
-from torchloom.errors import DecodeError, PathOutsideRootError
+from torchloom.errors import ConfigError, DecodeError, PathOutsideRootError
 from torchloom.io import ObjectStore, write_envi
+from torchloom.streaming import StreamDataset
 
 
 def store_for(proxy: FaultProxy) -> ObjectStore:
@@ -187,3 +191,46 @@ def test_a_patch_of_an_hdf5_url_reads_its_chunks_by_ranged_gets(
     assert store.stats.bytes - before < path.stat().st_size // 2
     assert np.array_equal(sample["image"].numpy(), scene()[56:65, 46:55].transpose(2, 0, 1))
     assert sample["label"] == 2
+
+
+# -- tables and streams ----------------------------------------------------------------------
+
+
+def test_a_table_url_is_one_get_from_the_store_storage_options_reach(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket
+) -> None:
+    s3_server.filesystem().pipe(s3_bucket.path("meta/parts.csv"), b"id,price\n007,1.5\n012,0.25\n")
+    store = store_for(s3_proxy)
+    parts = TableDataset(s3_bucket.url_of("meta/parts.csv"), id_column="id", storage_options=store)
+    assert [parts[0], len(parts)] == [{"id": "007", "price": 1.5}, 2]
+    assert (s3_proxy.requests.object_gets, s3_proxy.requests.total) == (1, 1)
+    with_options = TableDataset(s3_bucket.url_of("meta/parts.csv"), storage_options=s3_proxy.storage_options)
+    assert len(with_options) == 2
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_stream_shards_on_a_custom_endpoint_are_read_with_storage_options(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, suffix: str
+) -> None:
+    fs = s3_server.filesystem()
+    shards = []
+    for part in range(3):
+        values = [part * 10 + i for i in range(4)]
+        rows = pa.table({"id": values})
+        key = f"stream/part-{part}{suffix}"
+        if suffix == ".parquet":
+            buffer = pa.BufferOutputStream()
+            pa_parquet.write_table(rows, buffer)
+            fs.pipe(s3_bucket.path(key), buffer.getvalue().to_pybytes())
+        elif suffix == ".csv":
+            fs.pipe(s3_bucket.path(key), ("id\n" + "".join(f"{v}\n" for v in values)).encode())
+        else:
+            fs.pipe(s3_bucket.path(key), "".join(f'{{"id": {v}}}\n' for v in values).encode())
+        shards.append(s3_bucket.url_of(key))
+    stream = StreamDataset(shards, storage_options=s3_proxy.storage_options)
+    assert sorted(record["id"] for record in stream) == [p * 10 + i for p in range(3) for i in range(4)]
+    assert s3_proxy.requests.object_gets >= 3
+    loader = DataLoader(stream, batch_size=None, num_workers=2)
+    assert sorted(record["id"] for record in loader) == [p * 10 + i for p in range(3) for i in range(4)]
+    with pytest.raises(ConfigError, match="storage_options is a dict"):
+        StreamDataset(shards, storage_options="endpoint")  # type: ignore[arg-type]
