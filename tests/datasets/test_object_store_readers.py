@@ -12,13 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pa_parquet
 import pytest
+from test_object_store import jpeg, put_images
 from torch.utils.data import DataLoader
 
 from s3proxy import FaultProxy
 from s3server import S3Bucket, S3Server
-from torchloom import TableDataset
+from torchloom import DecodedCache, FolderDataset, Image, Label, ManifestDataset, TableDataset
 from torchloom.datasets import HyperspectralDataset, Manifest, VolumeDataset
-from torchloom.errors import ConfigError, DecodeError, PathOutsideRootError
+from torchloom.errors import CacheError, ConfigError, DecodeError, PathOutsideRootError
 from torchloom.io import ObjectStore, write_envi
 from torchloom.streaming import StreamDataset
 
@@ -234,3 +235,43 @@ def test_stream_shards_on_a_custom_endpoint_are_read_with_storage_options(
     assert sorted(record["id"] for record in loader) == [p * 10 + i for p in range(3) for i in range(4)]
     with pytest.raises(ConfigError, match="storage_options is a dict"):
         StreamDataset(shards, storage_options="endpoint")  # type: ignore[arg-type]
+
+
+# -- the decoded cache -----------------------------------------------------------------------
+
+
+def test_a_decoded_cache_of_a_url_dataset_builds_reopens_and_names_a_rewritten_object(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    fs = s3_server.filesystem()
+    keys = put_images(fs, s3_bucket, 6)
+    store = store_for(s3_proxy)
+    dataset = FolderDataset(s3_bucket.url_of("train"), storage_options=store, progress=False)
+    cache = DecodedCache(dataset, tmp_path / "cache", progress=False)
+    assert cache.report.built and len(cache) == 6
+    assert np.array_equal(cache[3]["image"].numpy(), dataset[3]["image"].numpy())
+    s3_proxy.reset_counts()
+    again = DecodedCache(dataset, tmp_path / "cache", progress=False)
+    counts = s3_proxy.requests
+    # The fingerprint is one listing of the root (its first level and each class prefix), not a
+    # HEAD per object, and nothing is read again.
+    assert not again.report.built
+    assert (counts.heads, counts.object_gets, counts.lists) == (0, 0, 3)
+    fs.pipe(s3_bucket.path(keys[2]), jpeg(99, size=32))
+    with pytest.raises(CacheError, match=r"1 file changed .*cat/002\.jpg.*size"):
+        DecodedCache(dataset, tmp_path / "cache", rebuild=False, progress=False)
+    fs.pipe(s3_bucket.path(keys[2]), jpeg(2))
+    manifest = ManifestDataset(
+        s3_bucket.url_of("train/manifest.csv"),
+        fields=[Image("file"), Label("label")],
+        storage_options=store,
+        validate="none",
+        progress=False,
+    )
+    built = DecodedCache(manifest, tmp_path / "from-manifest", progress=False)
+    assert built.report.built
+    rewritten = bytearray(jpeg(4))
+    rewritten[-3] ^= 0xFF  # the same size, other bytes: another ETag
+    fs.pipe(s3_bucket.path(keys[4]), bytes(rewritten))
+    with pytest.raises(CacheError, match=r"1 file changed .*rewritten \(another ETag\)"):
+        DecodedCache(manifest, tmp_path / "from-manifest", rebuild=False, progress=False)
