@@ -37,7 +37,8 @@ _BIP = ("lines", "samples", "bands")
 
 
 def object_size(root: ObjectRoot, url: str) -> int:
-    """The size of the object ``url`` as a one-byte ranged GET tells it (no HEAD).
+    """The size of the object ``url`` as a one-byte ranged GET tells it (S3's ``Content-Range``),
+    or a HEAD where the store's GETs do not say it.
 
     Example:
         >>> import fsspec
@@ -47,7 +48,7 @@ def object_size(root: ObjectRoot, url: str) -> int:
         10
     """
     fetched = fetch_range(root, url, 0, 1)
-    return fetched.size if fetched.size is not None else len(fetched.data)
+    return fetched.size if fetched.size is not None else root.info(url).size
 
 
 def read_window(

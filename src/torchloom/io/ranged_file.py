@@ -7,7 +7,7 @@ a HEAD when it opens: probing the 128-byte header of a ``.npy`` volume would dow
 (:data:`BLOCK_BYTES`), through the dataset's :class:`~torchloom.io.ObjectRoot`: each request is
 confined to the root, retried and counted by its store, and checked against the object as first
 read (another size or ETag is an :class:`~torchloom.errors.ObjectChangedError`). The object's
-size comes with the first GET (its ``Content-Range``), so no HEAD is sent.
+size comes with the first GET (its ``Content-Range``), so no HEAD is sent to S3.
 :func:`fetch_ranges` reads many ranges of one object at once (an ENVI patch's rows or bands).
 
 Example:
@@ -123,10 +123,13 @@ class RangedFile(io.RawIOBase):
 
     @property
     def size(self) -> int:
-        """The object's size in bytes (one ranged GET of a byte when no read told it yet)."""
+        """The object's size in bytes: a ranged GET of a byte when no read told it yet, or a HEAD
+        from a store whose GETs do not say it (S3's do)."""
         if self._size is None:
             self._fetch(0, 1)
-        return self._size if self._size is not None else len(self._block)
+        if self._size is None:
+            self._size = self.root.info(self.url).size
+        return self._size
 
     def readable(self) -> bool:
         return True
@@ -173,4 +176,6 @@ class RangedFile(io.RawIOBase):
         fetched = fetch_range(self.root, self.url, start, end)
         if fetched.size is not None:
             self._size = fetched.size
+        elif len(fetched.data) < end - start:  # a store that names no size: the end was reached
+            self._size = start + len(fetched.data)
         self._block_start, self._block = start, fetched.data
