@@ -172,7 +172,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         self.fields = (_image_field(dataset, fields),)
         self._settings = settings_of(self.fields[0], max_side, dataset.exif_orientation, dataset.max_pixels)
         self._shared: SharedCopy | None = None
-        inputs = InputStats.of(dataset.index.paths, num_threads=num_threads)
+        inputs = InputStats.of(dataset.index.paths, num_threads=num_threads, root=dataset.read_root)
         built, reason = self._open_or_build(
             inputs, rebuild=rebuild, verify=verify, num_threads=num_threads, progress=progress
         )

@@ -2,7 +2,10 @@
 
 Inputs are compared file by file, so a stale cache is reported with what changed
 (``"3 files changed since the cache was built (e.g. 'cat/1.jpg': size 1200 -> 1301)"``), not a
-bare hash mismatch. Reading them costs one ``os.stat`` per file, run in threads.
+bare hash mismatch. Reading them costs one ``os.stat`` per file, run in threads. Objects in a
+store (a dataset on a root URL) are not asked one by one (a HEAD each): the root prefix is listed
+once (one request per thousand objects), and each object's size and ETag recorded, the ETag as
+a number in place of the mtime.
 
 Example:
     >>> import os, tempfile
@@ -18,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from torchloom.datasets.index import StringColumn
-from torchloom.io.files import lies_inside
+from torchloom.io.files import Inside, is_url, lies_inside
+from torchloom.io.objects import ObjectRoot
 from torchloom.io.threads import file_threads
 
 #: Version of the cache's on-disk format; a cache of an older version is rebuilt.
@@ -51,8 +56,11 @@ class InputStats:
     mtimes: np.ndarray
 
     @classmethod
-    def of(cls, paths: StringColumn, *, num_threads: int | None = None) -> InputStats:
-        """Stat every path (made absolute) in threads; a missing file gets size and mtime ``-1``."""
+    def of(cls, paths: StringColumn, *, num_threads: int | None = None, root: Inside = None) -> InputStats:
+        """Stat every path (made absolute) in threads; a missing file gets size and mtime ``-1``.
+        Under a root URL (``root`` an :class:`~torchloom.io.ObjectRoot`), list the root instead."""
+        if isinstance(root, ObjectRoot):
+            return cls._listed(paths, root)
         absolute = StringColumn.from_strings(os.path.abspath(path) for path in paths.to_list())
         count = len(absolute)
         sizes = np.full(count, MISSING, np.int64)
@@ -69,6 +77,18 @@ class InputStats:
         with ThreadPoolExecutor(max_workers=file_threads(num_threads)) as pool:
             list(pool.map(stat_range, range(0, count, STAT_CHUNK)))
         return cls(absolute, sizes, mtimes)
+
+    @classmethod
+    def _listed(cls, paths: StringColumn, root: ObjectRoot) -> InputStats:
+        listed = {item["name"]: item for item in root.store.list_below(root.url, progress=False)}
+        count = len(paths)
+        sizes = np.full(count, MISSING, np.int64)
+        etags = np.full(count, MISSING, np.int64)
+        for i, url in enumerate(paths.to_list()):
+            item = listed.get(url)
+            if item is not None:
+                sizes[i], etags[i] = int(item["size"] or 0), _etag_number(item["etag"])
+        return cls(paths, sizes, etags)
 
     def save(self, path: str) -> None:
         """Write the stats as plain arrays in an ``.npz`` file (no pickle)."""
@@ -163,7 +183,17 @@ def _describe_stat_change(built: InputStats, now: InputStats, i: int) -> str:
         return "was missing when built"
     if now.sizes[i] != built.sizes[i]:
         return f"size {built.sizes[i]} -> {now.sizes[i]}"
+    if is_url(now.paths[i]):
+        return "rewritten (another ETag)"
     return f"modified {_timestamp(int(built.mtimes[i]))} -> {_timestamp(int(now.mtimes[i]))}"
+
+
+def _etag_number(etag: str | None) -> int:
+    """An object's ETag as a non-negative int64 (0 where the store gives none)."""
+    if not etag:
+        return 0
+    digest = hashlib.blake2b(etag.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def _timestamp(nanoseconds: int) -> str:

@@ -36,7 +36,9 @@ from torchloom.errors import ConfigError, EmptyDatasetError, SampleIndexError, c
 from torchloom.io.array_size import check_in_memory
 from torchloom.io.cube import CubeSource
 from torchloom.io.envi import open_envi
+from torchloom.io.files import is_url
 from torchloom.io.hdf5 import Hdf5Cube, Layout, read_hdf5_array
+from torchloom.io.objects import ObjectRoot, ObjectStore
 
 #: A whole-cube sample (``labels=``) larger than this is refused at construction.
 MAX_WHOLE_CUBE_BYTES = 8 << 30
@@ -48,9 +50,12 @@ PADDINGS = ("reflect", "constant")
 CubeLike = str | os.PathLike[str] | CubeSource
 
 
-def open_cube(source: CubeLike, *, array: str = "cube", layout: Layout = "HWC") -> CubeSource:
+def open_cube(
+    source: CubeLike, *, array: str = "cube", layout: Layout = "HWC", store: ObjectStore | None = None
+) -> CubeSource:
     """A cube from a path (``.h5``/``.hdf5``/``.he5``: the HDF5 dataset named ``array``; else ENVI),
-    or ``source`` itself when it is already a cube.
+    or ``source`` itself when it is already a cube. A URL is read from ``store``, confined to its
+    prefix (an ENVI header and its data file both lie there), by byte ranges.
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -61,9 +66,10 @@ def open_cube(source: CubeLike, *, array: str = "cube", layout: Layout = "HWC") 
     """
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        root = ObjectRoot(path.rsplit("/", 1)[0], store or ObjectStore()) if is_url(path) else None
         if path.lower().endswith(HDF5_EXTENSIONS):
-            return Hdf5Cube(path, array, layout=layout)
-        return open_envi(path)
+            return Hdf5Cube(path, array, layout=layout, inside=root)
+        return open_envi(path, inside=root)
     if not isinstance(source, CubeSource):
         raise ConfigError(
             f"a cube is a path or a CubeSource (shape, dtype, read), got {type(source).__name__}"
@@ -129,7 +135,8 @@ class HyperspectralDataset(IndexedDataset):
             ``"CHW"``.
         dtype: convert images to this numpy dtype (e.g. ``"float32"``); ``None`` keeps the cube's.
         options: :class:`~torchloom.datasets.SampleOptions`: ``transform(image, rng)`` gets the HWC
-            array (its result becomes a CHW tensor), ``on_error``, ``seed``, ``debug``.
+            array (its result becomes a CHW tensor), ``on_error``, ``seed``, ``debug``,
+            ``storage_options`` (how cube URLs, ``s3://bucket/scenes/a.hdr``, are reached).
 
     A cube that cannot be opened (a malformed header, a data file of the wrong size, a corrupt
     HDF5 file) raises at construction, naming the file, and so does a whole-cube sample larger
@@ -164,7 +171,9 @@ class HyperspectralDataset(IndexedDataset):
     ) -> None:
         sample = sample_settings(options, what=type(self))
         listed = list(cubes) if isinstance(cubes, Sequence) and not isinstance(cubes, str) else [cubes]
-        self.cubes: list[CubeSource] = [open_cube(cube, array=array, layout=layout) for cube in listed]
+        self.cubes: list[CubeSource] = [
+            open_cube(cube, array=array, layout=layout, store=sample.store) for cube in listed
+        ]
         if not self.cubes:
             raise EmptyDatasetError("HyperspectralDataset got no cubes")
         self.patch_size = self._check_settings(labels, masks, patch_size, padding, splits, split)
@@ -229,7 +238,12 @@ class HyperspectralDataset(IndexedDataset):
         if isinstance(masks, str):
             # Checked before it is read: a small file may declare a mask of billions of pixels.
             masks = [
-                read_hdf5_array(cube.path, masks, check=partial(check_pixel_map, cube, "masks"))
+                read_hdf5_array(
+                    cube.path,
+                    masks,
+                    check=partial(check_pixel_map, cube, "masks"),
+                    inside=cube.inside if isinstance(cube, Hdf5Cube) else None,
+                )
                 for cube in self.cubes
             ]
         return self._per_cube(masks, "masks")

@@ -32,12 +32,14 @@ from torchloom.datasets.index import (
     keep_valid,
     validate_files,
 )
+from torchloom.datasets.listing import PrefixListing
 from torchloom.datasets.manifest import _load_manifest
 from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
 from torchloom.errors import ConfigError, DataError, EmptyDatasetError, MissingFileError, UsageError
 from torchloom.io.file_errors import failure_reason
-from torchloom.io.files import Inside
-from torchloom.io.objects import ObjectStore
+from torchloom.io.files import Inside, is_url
+from torchloom.io.object_urls import split_url
+from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.io.table import MANIFEST_SUFFIXES
 
 Header = TypeVar("Header")
@@ -95,6 +97,7 @@ def find_files(
     indexing: IndexingSettings,
     split: str | None = None,
     what: str = "the dataset",
+    store: ObjectStore | None = None,
 ) -> FoundFiles:
     """The sample files of ``source`` (a folder, a manifest or a list of paths); what is left out
     goes to ``report``.
@@ -102,7 +105,9 @@ def find_files(
     A folder is read by :func:`torchloom.datasets.discovery.find_samples` (``split`` chooses the
     split folder of a split root; ``what`` names the reader in its errors). A manifest's rows with
     an empty path or label are left out and listed in ``report``. Paths and symlinks that leave
-    the folder or the manifest's root are refused unless ``indexing.allow_outside_root``.
+    the folder or the manifest's root are refused unless ``indexing.allow_outside_root``. A root
+    URL (``s3://bucket/train``) is listed once (:class:`~torchloom.datasets.PrefixListing`) and
+    walked as a folder; ``store`` reaches it, a manifest URL and the URLs in a list of paths.
 
     Example:
         >>> import os, tempfile
@@ -128,21 +133,29 @@ def find_files(
             f"split={split!r} chooses a split folder of a folder source; for a manifest or a list "
             "of paths, pass the rows or paths of that split instead"
         )
+    store = store or ObjectStore()
     if isinstance(source, Manifest):
-        return _from_manifest(source, report, indexing)
+        return _from_manifest(source, report, indexing, store)
     if isinstance(source, (str, os.PathLike)):
-        return _from_folder(os.fspath(source), extensions, split, indexing, report, what)
+        return _from_folder(os.fspath(source), extensions, split, indexing, report, what, store)
     paths = [os.fspath(path) for path in source]
-    return FoundFiles(paths, np.full(len(paths), -1, np.int64), None, f"{len(paths)} paths")
+    read_root: Inside = None
+    if paths and is_url(paths[0]):
+        # The paths were chosen one by one: no root confines them, but the store serves them all.
+        scheme, rest = split_url(paths[0])
+        read_root = ObjectRoot(f"{scheme}://{rest.split('/', 1)[0]}", store, confined=False)
+    return FoundFiles(paths, np.full(len(paths), -1, np.int64), None, f"{len(paths)} paths", read_root)
 
 
 def _is_manifest(source: str | os.PathLike[str]) -> bool:
     return os.fspath(source).lower().endswith(MANIFEST_SUFFIXES)
 
 
-def _from_manifest(manifest: Manifest, report: DatasetReport, indexing: IndexingSettings) -> FoundFiles:
+def _from_manifest(
+    manifest: Manifest, report: DatasetReport, indexing: IndexingSettings, store: ObjectStore
+) -> FoundFiles:
     columns = [manifest.path_column]
-    table, name, root_path = _load_manifest(manifest.table, manifest.root, columns, ObjectStore())
+    table, name, root_path = _load_manifest(manifest.table, manifest.root, columns, store)
     context = FieldContext(root_path, indexing.allow_outside_root)
     # The Image field resolves any path column: joined to root, refused when it leaves root.
     compiled = [Image(manifest.path_column, name="path").compile(table, context)]
@@ -161,7 +174,7 @@ def _from_manifest(manifest: Manifest, report: DatasetReport, indexing: Indexing
         compiled[1].values[keep] if labelled else np.full(len(keep), -1, np.int64),
         compiled[1].classes if labelled else None,
         name,
-        indexing.read_root(root_path),
+        indexing.read_root(root_path, store),
     )
 
 
@@ -172,18 +185,28 @@ def _from_folder(
     indexing: IndexingSettings,
     report: DatasetReport,
     what: str,
+    store: ObjectStore,
 ) -> FoundFiles:
-    if not os.path.isdir(root):
+    read_root = indexing.read_root(root, store)
+    lister = None
+    if isinstance(read_root, ObjectRoot):
+        root = read_root.url
+        lister = PrefixListing(read_root, progress=indexing.progress)
+    elif not os.path.isdir(root):
         suffixes = ", ".join(MANIFEST_SUFFIXES)
         raise MissingFileError(
             f"{root!r} is neither a folder nor a manifest ({suffixes}); pass single files as a list of paths"
         )
     found = find_samples(
-        root, extensions=extensions, split=split, allow_outside_root=indexing.allow_outside_root, what=what
+        root,
+        extensions=extensions,
+        split=split,
+        allow_outside_root=indexing.allow_outside_root,
+        what=what,
+        lister=lister,
     )
     found.add_to(report)
     report.empty_classes += found.empty_classes
-    read_root = indexing.read_root(root)
     return FoundFiles(found.paths.to_list(), found.labels, found.classes or None, root, read_root)
 
 
@@ -214,7 +237,7 @@ def probe_files(
     reasons = validate_files(
         found.paths,
         check,
-        num_threads=indexing.num_threads,
+        num_threads=indexing.threads_for(found.read_root),
         progress=indexing.progress,
         description=f"probing {what}",
     )
@@ -250,7 +273,13 @@ class ProbedFileDataset(IndexedDataset, Generic[Header]):
         self.validate = indexing.validate
         self.report = DatasetReport()
         found = find_files(
-            source, extensions=extensions, report=self.report, indexing=indexing, split=split, what=what
+            source,
+            extensions=extensions,
+            report=self.report,
+            indexing=indexing,
+            split=split,
+            what=what,
+            store=sample.store,
         )
         self.source_name = found.name
         #: Class names (folder names or the label column's classes), or None when unlabelled.

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,10 @@ import pyarrow as pa
 from torch.utils.data import Dataset
 
 from torchloom.datasets.index import StringColumn
-from torchloom.datasets.options import takes_no_sample_options
+from torchloom.datasets.options import object_store, takes_no_sample_options
 from torchloom.errors import FieldNotFoundError, SampleIndexError
+from torchloom.io.files import is_url
+from torchloom.io.objects import ObjectRoot, ObjectStore
 from torchloom.io.table import as_id_array, read_table
 
 
@@ -65,7 +68,9 @@ class TableDataset(Dataset[dict[str, Any]]):
     """Each row of a table as ``{column: value}``; ``columns`` picks and orders the columns.
 
     ``id_column`` is read as an id: from CSV as text first (``"007"`` keeps its zeros), then as
-    integers when every value is a canonical integer.
+    integers when every value is a canonical integer. A table URL (``s3://bucket/parts.parquet``)
+    is read in one GET from the store ``storage_options`` reaches (fsspec options or an
+    :class:`~torchloom.io.ObjectStore`; default: credentials from the environment).
 
     Example:
         >>> import os, tempfile
@@ -88,10 +93,18 @@ class TableDataset(Dataset[dict[str, Any]]):
         *,
         columns: list[str] | None = None,
         id_column: str | None = None,
+        storage_options: Mapping[str, Any] | ObjectStore | None = None,
     ) -> None:
         self.source = "<table>" if isinstance(table, pa.Table) else os.fspath(table)
         text = [id_column] if id_column is not None else []
-        loaded = table if isinstance(table, pa.Table) else read_table(table, string_columns=text)
+        store = object_store(storage_options)
+        if isinstance(table, pa.Table):
+            loaded = table
+        elif is_url(self.source):
+            where = ObjectRoot(self.source.rsplit("/", 1)[0], store, confined=False)
+            loaded = read_table(self.source, string_columns=text, inside=where)
+        else:
+            loaded = read_table(self.source, string_columns=text)
         self.id_column = id_column
         if id_column is not None and id_column in loaded.column_names:
             ids = as_id_array(loaded.column(id_column))

@@ -23,16 +23,26 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from torchloom.errors import ConfigError, DecodeError, HeaderError, MissingFileError, UnsafeFileError
+from torchloom.errors import (
+    ConfigError,
+    DecodeError,
+    HeaderError,
+    MissingFileError,
+    UnsafeFileError,
+    UsageError,
+)
 from torchloom.io.cube import Bands, band_indices, check_window, native
 from torchloom.io.envi_header import ENVI_DTYPES, INTERLEAVES, EnviHeader, parse_header
+from torchloom.io.envi_ranges import object_size, read_window
 from torchloom.io.files import Inside, file_info, lies_inside, open_file, read_bytes
+from torchloom.io.objects import ObjectRoot
 
 #: Extensions tried, in order, for the data file beside ``name.hdr`` (after ``name`` itself).
 DATA_EXTENSIONS = (".img", ".raw", ".dat", ".spe", ".bsq", ".bil", ".bip")
@@ -43,8 +53,9 @@ _HEADER_TOO_LARGE = f"larger than an ENVI header can be ({MAX_HEADER_BYTES:,} by
 _DISK_AXES = {"bsq": ("bands", "lines", "samples"), "bil": ("lines", "bands", "samples"), "bip": None}
 
 
-def read_header(path: str | os.PathLike[str]) -> EnviHeader:
-    """Parse an ENVI ``.hdr`` file (a regular file of at most :data:`MAX_HEADER_BYTES`).
+def read_header(path: str | os.PathLike[str], *, inside: Inside = None) -> EnviHeader:
+    """Parse an ENVI ``.hdr`` file (a regular file of at most :data:`MAX_HEADER_BYTES`; an object
+    of the store ``inside``, an :class:`~torchloom.io.ObjectRoot`, for a URL).
 
     Example:
         >>> import os, tempfile
@@ -55,7 +66,7 @@ def read_header(path: str | os.PathLike[str]) -> EnviHeader:
         '<f4'
     """
     try:
-        data = read_bytes(path, max_bytes=MAX_HEADER_BYTES, too_large=_HEADER_TOO_LARGE)
+        data = read_bytes(path, inside=inside, max_bytes=MAX_HEADER_BYTES, too_large=_HEADER_TOO_LARGE)
     except FileNotFoundError as exc:
         raise MissingFileError(f"ENVI header {os.fspath(path)!r} does not exist; check the path") from exc
     return parse_header(data, path)
@@ -66,7 +77,9 @@ class EnviCube:
 
     Build it with :func:`open_envi`. ``shape`` is ``(lines, samples, bands)``; ``read`` returns
     an HWC array in native byte order. ``inside`` is the real folder the data file must lie in on
-    every open: by default its header's, and a data file resolving outside it is refused.
+    every open: by default its header's, and a data file resolving outside it is refused. For a
+    cube in an object store it is the :class:`~torchloom.io.ObjectRoot` of the header's prefix,
+    and a window is read as the byte ranges it covers (:mod:`torchloom.io.envi_ranges`).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -82,9 +95,12 @@ class EnviCube:
     ) -> None:
         self.header = header
         self._path = os.fspath(data_path)
-        #: The real folder the data file must lie in on every open (by default its header's).
+        #: The real folder (or the store's root prefix) the data file must lie in on every open.
         self.inside = inside if inside is not None else _header_folder(header, self._path)
-        check_data_size(header, self._path, inside=self.inside)
+        if isinstance(self.inside, ObjectRoot):
+            _check_size(header, self._path, object_size(self.inside, self._path))
+        else:
+            check_data_size(header, self._path, inside=self.inside)
         self._memmap: np.memmap | None = None
 
     @property
@@ -124,6 +140,8 @@ class EnviCube:
     def memmap(self) -> np.memmap:
         """The data as stored, shaped ``(bands, lines, samples)`` for bsq, ``(lines, bands, samples)``
         for bil, ``(lines, samples, bands)`` for bip; mapped read-only on first use in this process."""
+        if isinstance(self.inside, ObjectRoot):
+            raise UsageError(f"{self._path!r} is an object in a store, not mapped: read windows with read()")
         if self._memmap is None:
             self._memmap = _map(self.header, self._path, self.inside)
         return self._memmap
@@ -140,6 +158,13 @@ class EnviCube:
         """
         rows, cols = check_window(rows, cols)
         chosen = band_indices(bands, self.shape[2])
+        if isinstance(self.inside, ObjectRoot):
+            lines, samples, count = self.shape
+            picked = np.arange(count)[chosen]
+            window = read_window(
+                self.header, self._path, self.inside, range(lines)[rows], range(samples)[cols], picked
+            )
+            return window.astype(self.dtype)  # a new array in native byte order
         stored = self.memmap
         _check_not_shrunk(self.header, self._path)
         if self.interleave == "bsq":
@@ -163,8 +188,9 @@ class EnviCube:
         )
 
 
-def open_envi(path: str | os.PathLike[str]) -> EnviCube:
-    """Open an ENVI cube from its ``.hdr`` header or from its data file.
+def open_envi(path: str | os.PathLike[str], *, inside: ObjectRoot | None = None) -> EnviCube:
+    """Open an ENVI cube from its ``.hdr`` header or from its data file; for a URL, ``inside`` is
+    the store's root the header and the data file are read from (both must lie below it).
 
     Raises :class:`HeaderError` (a :class:`DecodeError`) for a malformed header,
     :class:`DecodeError` for a data file of the wrong size, :class:`MissingFileError` when the
@@ -178,6 +204,8 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
         (3, 4, 5)
     """
     path = os.fspath(path)
+    if inside is not None:
+        return _open_object(path, inside)
     if path.lower().endswith(".hdr"):
         header = read_header(path)
         if header.data_file is not None:
@@ -189,6 +217,28 @@ def open_envi(path: str | os.PathLike[str]) -> EnviCube:
             f"no ENVI header found for {path!r}; tried {_header_candidates(path)}: put the .hdr beside it"
         )
     return EnviCube(read_header(header_path), path)
+
+
+def _open_object(url: str, root: ObjectRoot) -> EnviCube:
+    """:func:`open_envi` of an object: names tried by GET (a store has no cheap "exists")."""
+    if url.lower().endswith(".hdr"):
+        header = read_header(url, inside=root)
+        if header.data_file is not None:
+            return EnviCube(header, _named_data_file(header, header.data_file), inside=root)
+        stem = url[: -len(".hdr")]
+        for name in [stem] + [stem + ext for ext in DATA_EXTENSIONS]:
+            with contextlib.suppress(MissingFileError):
+                return EnviCube(header, name, inside=root)
+        raise MissingFileError(
+            f"no data object beside ENVI header {url!r} (tried {stem!r} with no extension and "
+            f"{', '.join(DATA_EXTENSIONS)}); name it with a 'data file = ...' line in the header"
+        )
+    for name in _header_candidates(url):
+        with contextlib.suppress(MissingFileError):
+            return EnviCube(read_header(name, inside=root), url, inside=root)
+    raise MissingFileError(
+        f"no ENVI header found for {url!r}; tried {_header_candidates(url)}: put the .hdr beside it"
+    )
 
 
 def check_data_size(header: EnviHeader, data_path: str, *, inside: Inside = None) -> None:

@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import BinaryIO, TypeAlias
+from typing import BinaryIO, TypeAlias, cast
 
 from torchloom.errors import ConfigError, DecodeError, UnsafeFileError, UnsupportedURLError
 from torchloom.io.backend import FileBackend, FileInfo, refuse_size
 from torchloom.io.local_files import LOCAL_FILES, LocalFiles, lies_inside, reopenable_name
 from torchloom.io.object_urls import split_url
 from torchloom.io.objects import ObjectRoot, ObjectStore
+from torchloom.io.ranged_file import RangedFile
 
 __all__ = [
     "LOCAL_FILES",
@@ -181,7 +182,8 @@ def open_file(
     path: str | os.PathLike[str], *, inside: Inside = None, backend: FileBackend | None = None
 ) -> BinaryIO:
     """A regular file opened once and checked (kind, root), as a binary file object for libraries
-    that read through one; use it in a ``with`` block.
+    that read through one; use it in a ``with`` block. An object of a store is a
+    :class:`~torchloom.io.ranged_file.RangedFile`: each read a ranged GET, no descriptor.
 
     Example:
         >>> import os, tempfile
@@ -194,6 +196,9 @@ def open_file(
     """
     text = os.fspath(path)
     files, root = backend_for(text, backend, inside)
+    if isinstance(files, ObjectRoot):
+        # Ranged GETs through the root's store, not fsspec's file (a HEAD, then a 50 MiB block).
+        return cast(BinaryIO, RangedFile(files, text))
     return files.open(text, inside=root)
 
 

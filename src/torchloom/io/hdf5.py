@@ -40,7 +40,7 @@ import numpy as np
 from torchloom.errors import ConfigError, DecodeError, install_hint
 from torchloom.io.array_size import check_in_memory, declared_bytes
 from torchloom.io.cube import Bands, band_indices, check_window, native
-from torchloom.io.files import open_file, reopenable_name
+from torchloom.io.files import Inside, open_file, reopenable_name
 from torchloom.io.hdf5_confined import check_stored_in_file, find_in_file
 
 Layout = Literal["HWC", "CHW"]
@@ -78,7 +78,7 @@ def require_h5py() -> ModuleType:
         ) from exc
 
 
-def open_hdf5(path: str) -> Any:
+def open_hdf5(path: str, *, inside: Inside = None) -> Any:
     """Open ``path`` read-only with h5py; refuse non-regular files, name the file on failure.
 
     The file layer opens and checks the file (a FIFO or a device is refused on its descriptor),
@@ -87,10 +87,12 @@ def open_hdf5(path: str) -> Any:
     the file object (h5py's fileobj driver: each read calls back into Python, ~3x slower on a
     patch read that misses HDF5's chunk cache). The file object is also the way when HDF5 cannot
     use the name: it resolves a name's real path, which fails once the opened file was replaced
-    or deleted. That file object is closed with the h5py file object.
+    or deleted. That file object is closed with the h5py file object. An object in a store
+    (``inside``, an :class:`~torchloom.io.ObjectRoot`) is read through a
+    :class:`~torchloom.io.ranged_file.RangedFile`: each chunk HDF5 reads is a ranged GET.
     """
     h5py = require_h5py()
-    handle = open_file(path)
+    handle = open_file(path, inside=inside)
     try:
         name = reopenable_name(handle)
         if name is not None:
@@ -177,6 +179,7 @@ def read_hdf5_array(
     check: ArrayCheck | None = None,
     max_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
     max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    inside: Inside = None,
 ) -> np.ndarray:
     """Read the whole (small) dataset named ``array`` in the file, e.g. a label mask, into memory.
 
@@ -184,7 +187,7 @@ def read_hdf5_array(
     hold, or larger than ``max_bytes``, is a :class:`DecodeError`, and so is a compressed chunk
     larger than ``max_chunk_bytes`` (a chunk may be larger than the dataset, and is inflated
     whole); ``check(shape, dtype)``, when given, may refuse it too (a mask must match its cube's
-    size).
+    size). ``inside``: the store's root of a URL, as :func:`open_hdf5` takes it.
 
     Example:
         >>> import h5py, numpy as np, os, tempfile
@@ -195,7 +198,7 @@ def read_hdf5_array(
         [[1, 0], [0, 1]]
     """
     path = os.fspath(path)
-    with open_hdf5(path) as handle:
+    with open_hdf5(path, inside=inside) as handle:
         dataset = hdf5_dataset(handle, path, array)
         if dataset.shape is None:
             raise DecodeError(path, f"dataset {array!r} is an HDF5 null dataspace: it holds no values")
@@ -223,6 +226,7 @@ class Hdf5Cube:
         layout: how the dataset's axes are stored: ``"HWC"`` (default) or ``"CHW"`` (bands first).
         max_chunk_bytes: the most bytes one compressed chunk may inflate to (every read inflates
             each chunk it touches whole); a dataset in larger ones is refused when the cube opens.
+        inside: for a URL, the :class:`~torchloom.io.ObjectRoot` whose store serves it.
 
     Wavelengths are read from the dataset's ``wavelength`` (or ``wavelengths``) attribute, and
     their units from ``wavelength units``, when present.
@@ -244,6 +248,7 @@ class Hdf5Cube:
         *,
         layout: Layout = "HWC",
         max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        inside: Inside = None,
     ) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(
@@ -253,8 +258,10 @@ class Hdf5Cube:
         self.array = array
         self.layout = layout
         self.max_chunk_bytes = max_chunk_bytes
+        #: What every open of the file must stay in (a store's root, for a URL), or None.
+        self.inside = inside
         self._handle: tuple[int, Any, Any] | None = None  # (pid, file, dataset) of this process
-        with open_hdf5(self._path) as handle:
+        with open_hdf5(self._path, inside=inside) as handle:
             stored = hdf5_dataset(handle, self._path, array)
             if stored.dtype.kind not in NUMERIC_KINDS:
                 raise DecodeError(self._path, f"dataset {array!r} holds {stored.dtype}, not numbers")
@@ -331,7 +338,7 @@ class Hdf5Cube:
         """This process's h5py dataset, opening the file on first use here."""
         pid = os.getpid()
         if self._handle is None or self._handle[0] != pid:
-            handle = open_hdf5(self._path)
+            handle = open_hdf5(self._path, inside=self.inside)
             try:
                 stored = hdf5_dataset(handle, self._path, self.array)
                 self._check_unchanged(stored)

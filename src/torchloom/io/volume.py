@@ -1,7 +1,8 @@
 """Read 3D volumes from ``.npy`` and ``.npz`` files, memory-mapped where the bytes allow it.
 
 A ``.npy`` file and a *stored* (uncompressed) ``.npz`` member are memory-mapped read-only:
-nothing is read until pages are touched, so cropping a region reads only that region. An npz
+nothing is read until pages are touched, so cropping a region reads only that region. In an
+object store (a URL) the header is one ranged GET and the data one more, into a read-only array. An npz
 member's data lies at the member's local header offset plus the local header and npy header
 lengths, which :func:`probe_volume` finds with :mod:`zipfile` (``np.load`` of an npz never
 memory-maps). A *compressed* member (``np.savez_compressed``) must be inflated: it is read
@@ -129,6 +130,8 @@ def read_volume(
         header = _probe_open(path, handle, array)
         if header.nbytes == 0:
             return np.empty(header.shape, header.dtype, order="F" if header.fortran_order else "C")
+        if header.memmappable and not _has_descriptor(handle):
+            return _read_stored(path, handle, header)
         if header.memmappable:
             return np.memmap(
                 handle,
@@ -187,7 +190,8 @@ def verify_volume(
 def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, array: str | None) -> VolumeHeader:
     magic = handle.read(len(NPY_MAGIC))
     handle.seek(0)
-    size = os.fstat(handle.fileno()).st_size
+    size = handle.seek(0, os.SEEK_END)  # an object's size came with the GET of its magic
+    handle.seek(0)
     if magic.startswith(NPY_MAGIC):
         npy = read_npy_header(path, handle, kinds=VOLUME_KINDS)
         check_holds(path, npy, size - handle.tell(), "the file")
@@ -198,6 +202,26 @@ def _probe_open(path: str | os.PathLike[str], handle: BinaryIO, array: str | Non
         except (zipfile.BadZipFile, zlib.error, EOFError, struct.error) as exc:
             raise DecodeError(path, f"broken npz archive ({type(exc).__name__}: {exc})") from exc
     raise DecodeError(path, "not a .npy or .npz file (no NUMPY or zip signature)" if magic else _EMPTY)
+
+
+def _read_stored(path: str | os.PathLike[str], handle: BinaryIO, header: VolumeHeader) -> np.ndarray:
+    """The data of a volume in a file with no descriptor to map (an object in a store): its bytes
+    read in one range, as a read-only array as a memmap would be."""
+    handle.seek(header.offset)
+    data = handle.read(header.nbytes)
+    if len(data) < header.nbytes:
+        short = header.nbytes - len(data)
+        raise DecodeError(path, f"ends {short:,} bytes short of its data: it is truncated")
+    values = np.frombuffer(data, dtype=header.dtype)
+    return values.reshape(header.shape, order="F" if header.fortran_order else "C")
+
+
+def _has_descriptor(handle: BinaryIO) -> bool:
+    try:
+        handle.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    return True
 
 
 def _volume_header(npy: NpyHeader, offset: int, member: str | None = None) -> VolumeHeader:

@@ -2,6 +2,14 @@
 
 from torchloom.errors import DistributedSetupError
 from torchloom.streaming.dataset import StreamDataset
-from torchloom.streaming.readers import read_csv, read_jsonl, read_parquet, reader_for
+from torchloom.streaming.readers import BuiltinReader, read_csv, read_jsonl, read_parquet, reader_for
 
-__all__ = ["DistributedSetupError", "StreamDataset", "read_csv", "read_jsonl", "read_parquet", "reader_for"]
+__all__ = [
+    "BuiltinReader",
+    "DistributedSetupError",
+    "StreamDataset",
+    "read_csv",
+    "read_jsonl",
+    "read_parquet",
+    "reader_for",
+]

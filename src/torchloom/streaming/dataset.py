@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,10 @@ class StreamDataset(ConsumerStream[Any]):
     """Records of ``shards`` streamed through ``reader``, split across ``rank × worker``.
 
     Shards are local paths or fsspec URLs (``s3://``, ``gs://``, ``https://``, ``memory://``),
-    read without a local copy. Every record is yielded exactly once per epoch over all ranks and
-    DataLoader workers; with fewer shards than consumers, records within shards are split (a
+    read without a local copy; ``storage_options``, fsspec's options (credentials, an endpoint
+    for MinIO or SeaweedFS), reach them with the built-in readers (a ``reader`` of your own opens
+    shards itself). Every record is yielded exactly once per epoch over all ranks and DataLoader
+    workers; with fewer shards than consumers, records within shards are split (a
     warning says so). ``shuffle_buffer > 0`` shuffles through a bounded buffer seeded by
     ``(seed, epoch, rank, worker)``; call :meth:`set_epoch` before each epoch (it reaches
     persistent workers too).
@@ -55,6 +57,7 @@ class StreamDataset(ConsumerStream[Any]):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if shuffle_buffer < 0:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
@@ -62,6 +65,11 @@ class StreamDataset(ConsumerStream[Any]):
         if not self.shards:
             raise ConfigError("StreamDataset needs at least one shard")
         super().__init__(len(self.shards), rank=rank, world_size=world_size)
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            given = type(storage_options).__name__
+            raise ConfigError(f"storage_options is a dict of fsspec options, got {given}")
+        #: The fsspec options the built-in readers reach URL shards with (None: the environment's).
+        self.storage_options = None if storage_options is None else dict(storage_options)
         self.reader = reader
         if reader is None:
             for shard in self.shards:
@@ -86,8 +94,12 @@ class StreamDataset(ConsumerStream[Any]):
 
     def _read_item(self, item: int, group: int, position: int) -> Iterator[Any]:
         shard = self.shards[item]
-        read = self.reader or reader_for(shard)
-        for number, record in enumerate(read(shard)):
+        records = (
+            self.reader(shard)
+            if self.reader is not None
+            else reader_for(shard)(shard, storage_options=self.storage_options)
+        )
+        for number, record in enumerate(records):
             if number % group == position:
                 yield record
 

@@ -15,8 +15,8 @@ import contextlib
 import io
 import json
 import os
-from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, BinaryIO, Protocol
 
 import fsspec
 import pyarrow as pa
@@ -29,19 +29,33 @@ from torchloom.io.table import csv_problem_line, read_csv_as_text, typed_text_co
 Reader = Callable[[str], Iterator[Any]]
 
 
+class BuiltinReader(Protocol):
+    """A built-in shard reader: a shard and the fsspec options of a URL one -> its records.
+
+    Example:
+        >>> from torchloom.streaming import BuiltinReader, read_jsonl
+        >>> reader: BuiltinReader = read_jsonl
+        >>> reader.__name__
+        'read_jsonl'
+    """
+
+    def __call__(self, shard: str, *, storage_options: Mapping[str, Any] | None = None) -> Iterator[Any]: ...
+
+
 @contextlib.contextmanager
-def _open_shard(shard: str) -> Iterator[BinaryIO]:
+def _open_shard(shard: str, storage_options: Mapping[str, Any] | None) -> Iterator[BinaryIO]:
     """A shard's bytes: a local path (or ``file://`` URL) through the file layer, opened once and
-    checked on its descriptor (a FIFO would block the reader forever); other URLs through fsspec."""
+    checked on its descriptor (a FIFO would block the reader forever); other URLs through fsspec,
+    with ``storage_options`` (credentials, ``client_kwargs={"endpoint_url": ...}``)."""
     if "://" in shard and not shard.startswith("file://"):
-        with fsspec.open(shard, "rb") as remote:
+        with fsspec.open(shard, "rb", **dict(storage_options or {})) as remote:
             yield remote
         return
     with open_file(shard.removeprefix("file://")) as local:
         yield local
 
 
-def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
+def read_jsonl(shard: str, *, storage_options: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """One JSON object per line (a BOM allowed); blank lines are skipped; a bad line names the
     shard and line.
 
@@ -54,7 +68,7 @@ def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
         ...     print([record["text"] for record in read_jsonl(path)])
         ['bolt', 'nut']
     """
-    with _open_shard(shard) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as handle:
+    with _open_shard(shard, storage_options) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -64,7 +78,7 @@ def read_jsonl(shard: str) -> Iterator[dict[str, Any]]:
                 raise ManifestError(f"shard {shard!r} line {number}: invalid JSON ({exc})") from exc
 
 
-def read_csv(shard: str) -> Iterator[dict[str, Any]]:
+def read_csv(shard: str, *, storage_options: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """CSV with a header row. Values are typed as in manifests: a column of canonical integers
     becomes ints, of numbers floats; anything else, a code like ``007`` included, stays text.
 
@@ -77,7 +91,7 @@ def read_csv(shard: str) -> Iterator[dict[str, Any]]:
         ...     print(list(read_csv(path)))
         [{'code': '007', 'count': 3, 'price': 1.5}, {'code': '012', 'count': 4, 'price': 2.0}]
     """
-    with _open_shard(shard) as handle:
+    with _open_shard(shard, storage_options) as handle:
         data = handle.read()
     try:
         table = read_csv_as_text(io.BytesIO(data))
@@ -88,7 +102,9 @@ def read_csv(shard: str) -> Iterator[dict[str, Any]]:
     yield from typed_text_columns(table).to_pylist()
 
 
-def read_parquet(shard: str) -> Iterator[dict[str, Any]]:
+def read_parquet(
+    shard: str, *, storage_options: Mapping[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
     """Parquet, read one row group at a time.
 
     Example:
@@ -101,7 +117,7 @@ def read_parquet(shard: str) -> Iterator[dict[str, Any]]:
         ...     print(list(read_parquet(path)))
         [{'id': 1}, {'id': 2}, {'id': 3}]
     """
-    with _open_shard(shard) as handle:
+    with _open_shard(shard, storage_options) as handle:
         try:
             parquet = pa_parquet.ParquetFile(handle)
             for group in range(parquet.num_row_groups):
@@ -111,7 +127,7 @@ def read_parquet(shard: str) -> Iterator[dict[str, Any]]:
             raise ManifestError(f"shard {shard!r}: cannot read it as Parquet ({exc})") from exc
 
 
-READERS: dict[str, Reader] = {
+READERS: dict[str, BuiltinReader] = {
     ".jsonl": read_jsonl,
     ".ndjson": read_jsonl,
     ".csv": read_csv,
@@ -120,7 +136,7 @@ READERS: dict[str, Reader] = {
 }
 
 
-def reader_for(shard: str) -> Reader:
+def reader_for(shard: str) -> BuiltinReader:
     """The built-in reader for a shard's extension.
 
     Example:

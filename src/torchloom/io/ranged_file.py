@@ -1,0 +1,181 @@
+"""An object read in byte ranges: what readers that seek (npy headers, zip directories, h5py, ENVI
+windows) read a URL through.
+
+fsspec's own file object reads ahead a whole block on its first read (50 MiB with s3fs) and sends
+a HEAD when it opens: probing the 128-byte header of a ``.npy`` volume would download up to 50 MiB.
+:class:`RangedFile` instead sends one ranged GET per read that misses its small block
+(:data:`BLOCK_BYTES`), through the dataset's :class:`~torchloom.io.ObjectRoot`: each request is
+confined to the root, retried and counted by its store, and checked against the object as first
+read (another size or ETag is an :class:`~torchloom.errors.ObjectChangedError`). The object's
+size comes with the first GET (its ``Content-Range``), so no HEAD is sent to S3.
+:func:`fetch_ranges` reads many ranges of one object at once (an ENVI patch's rows or bands).
+
+Example:
+    >>> import fsspec
+    >>> from torchloom.io import ObjectRoot, ObjectStore
+    >>> from torchloom.io.ranged_file import RangedFile
+    >>> fsspec.filesystem("memory").pipe("memory://ranged/a.bin", b"0123456789")
+    >>> root = ObjectRoot("memory://ranged", ObjectStore())
+    >>> with RangedFile(root, "memory://ranged/a.bin") as handle:
+    ...     _ = handle.seek(-3, 2)
+    ...     handle.read()
+    b'789'
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+
+from torchloom.errors import UnsafeFileError
+from torchloom.io.object_urls import outside_reason
+from torchloom.io.objects import ObjectRoot
+from torchloom.io.store_requests import Fetched
+
+#: Bytes a read that misses the current block fetches at least (a header, a zip directory).
+BLOCK_BYTES = 64 << 10
+
+
+def confine(root: ObjectRoot, url: str) -> None:
+    """Refuse ``url`` when it lies outside ``root`` (a root made with ``confined=False`` takes any).
+
+    Example:
+        >>> from torchloom.io import ObjectRoot, ObjectStore
+        >>> confine(ObjectRoot("s3://shop/cubes", ObjectStore()), "s3://shop/other/a.img")
+        Traceback (most recent call last):
+        ...
+        torchloom.errors.UnsafeFileError: refusing to read 's3://shop/other/a.img': it ...
+    """
+    why = outside_reason(url, root.url) if root.confined else None
+    if why is not None:
+        raise UnsafeFileError(
+            url, f"it {why}, not inside the dataset root {root.url!r} (allow_outside_root=True trusts it)"
+        )
+
+
+def fetch_range(root: ObjectRoot, url: str, start: int, end: int) -> Fetched:
+    """Bytes ``start`` to ``end`` (exclusive) of ``url`` in one ranged GET, with the object's size.
+
+    Example:
+        >>> import fsspec
+        >>> from torchloom.io import ObjectRoot, ObjectStore
+        >>> fsspec.filesystem("memory").pipe("memory://ranged/b.bin", b"abcdef")
+        >>> fetch_range(ObjectRoot("memory://ranged", ObjectStore()), "memory://ranged/b.bin", 1, 3).data
+        b'bc'
+    """
+    confine(root, url)
+    return root.checked(url, root.store.get(url, start, end))
+
+
+def fetch_ranges(root: ObjectRoot, url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    """The bytes of every ``(start, end)`` span of ``url``, requested at the same time (the
+    store's ``max_in_flight`` at most); the first failure raises, naming the URL.
+
+    Example:
+        >>> import fsspec
+        >>> from torchloom.io import ObjectRoot, ObjectStore
+        >>> fsspec.filesystem("memory").pipe("memory://ranged/c.bin", b"abcdef")
+        >>> root = ObjectRoot("memory://ranged", ObjectStore())
+        >>> fetch_ranges(root, "memory://ranged/c.bin", [(0, 2), (4, 6)])
+        [b'ab', b'ef']
+    """
+    confine(root, url)
+    results = root.store.get_many([(url, start, end) for start, end in spans])
+    fetched: list[bytes] = []
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+        fetched.append(root.checked(url, result).data)
+    return fetched
+
+
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file object of one object of ``root``, each read a ranged GET (reads
+    that miss the current block fetch :data:`BLOCK_BYTES` at least); it has no descriptor, so
+    ``fileno()`` raises ``io.UnsupportedOperation`` and memory-mapping is not offered.
+
+    Args:
+        root: the dataset's object root (its store, its confinement).
+        url: the object.
+        size: its size when already known (a listing's), else learnt from the first GET.
+
+    Example:
+        >>> import fsspec
+        >>> from torchloom.io import ObjectRoot, ObjectStore
+        >>> fsspec.filesystem("memory").pipe("memory://ranged/d.bin", b"abcdef")
+        >>> handle = RangedFile(ObjectRoot("memory://ranged", ObjectStore()), "memory://ranged/d.bin")
+        >>> handle.read(2), handle.tell(), handle.size
+        (b'ab', 2, 6)
+    """
+
+    def __init__(self, root: ObjectRoot, url: str, *, size: int | None = None) -> None:
+        super().__init__()
+        confine(root, url)
+        root.store.filesystem(url)  # a scheme no installed filesystem serves is refused at the open
+        self.root = root
+        self.url = url
+        self.name = url
+        self._size = size
+        self._position = 0
+        self._block_start = 0
+        self._block = b""
+
+    @property
+    def size(self) -> int:
+        """The object's size in bytes: a ranged GET of a byte when no read told it yet, or a HEAD
+        from a store whose GETs do not say it (S3's do)."""
+        if self._size is None:
+            self._fetch(0, 1)
+        if self._size is None:
+            self._size = self.root.info(self.url).size
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position}.get(whence)
+        if base is None:
+            if whence != os.SEEK_END:
+                raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+            base = self.size
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        wanted = len(buffer)
+        start, end = self._position, self._position + wanted
+        if self._size is not None:
+            end = min(end, self._size)
+        if wanted == 0 or start >= end:
+            return 0
+        block_end = self._block_start + len(self._block)
+        if not self._block_start <= start < end <= block_end:
+            self._fetch(start, max(end, start + BLOCK_BYTES))
+            end = min(end, self._block_start + len(self._block))
+        data = self._block[start - self._block_start : end - self._block_start]
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        return self.read(max(self.size - self._position, 0))
+
+    def _fetch(self, start: int, end: int) -> None:
+        if self._size is not None:
+            end = min(end, self._size)
+        fetched = fetch_range(self.root, self.url, start, end)
+        if fetched.size is not None:
+            self._size = fetched.size
+        elif len(fetched.data) < end - start:  # a store that names no size: the end was reached
+            self._size = start + len(fetched.data)
+        self._block_start, self._block = start, fetched.data
