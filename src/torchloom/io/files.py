@@ -27,9 +27,11 @@ Every read opens the file once and checks what was opened, never the path before
   the check; :func:`reopenable_name` names the opened file for libraries that only take a name.
 
 The calls dispatch on the path to a :class:`FileBackend`: :class:`LocalFiles` serves every path
-that is not a URL; a URL (``s3://``, ``gs://``, any ``scheme://``) is an
-:class:`~torchloom.errors.UnsupportedURLError` until an object-store backend plugs in behind the
-same calls. Each call takes ``backend=`` to use another one explicitly (a test's in-memory files).
+that is not a URL; a URL (``s3://``, ``gs://``, any fsspec ``scheme://``) is served by the
+:class:`~torchloom.io.ObjectRoot` given as ``inside`` (a dataset's root prefix and its store:
+:mod:`torchloom.io.objects`), or else by a store reached with no options; ``file://`` is refused
+(pass the local path). Each call takes ``backend=`` to use another one explicitly (a test's
+in-memory files).
 
 Example:
     >>> import os, tempfile
@@ -45,14 +47,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import BinaryIO, TypeAlias, cast
+from typing import BinaryIO, TypeAlias
 
 from torchloom.errors import ConfigError, DecodeError, UnsafeFileError, UnsupportedURLError
 from torchloom.io.backend import FileBackend, FileInfo, refuse_size
 from torchloom.io.local_files import LOCAL_FILES, LocalFiles, lies_inside, reopenable_name
 from torchloom.io.object_urls import split_url
 from torchloom.io.objects import ObjectRoot, ObjectStore
-from torchloom.io.ranged_file import RangedFile
 
 __all__ = [
     "LOCAL_FILES",
@@ -196,9 +197,6 @@ def open_file(
     """
     text = os.fspath(path)
     files, root = backend_for(text, backend, inside)
-    if isinstance(files, ObjectRoot):
-        # Ranged GETs through the root's store, not fsspec's file (a HEAD, then a 50 MiB block).
-        return cast(BinaryIO, RangedFile(files, text))
     return files.open(text, inside=root)
 
 

@@ -17,7 +17,7 @@ import random
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import fsspec
 import fsspec.asyn
@@ -214,16 +214,6 @@ class ObjectStore:
             return FileInfo(int(details.get("size") or 0), int(stamp() * 1e9) if callable(stamp) else 0)
 
         return self._run(fs, head())
-
-    def open(self, url: str) -> BinaryIO:
-        """A readable, seekable file object of the object (reads become ranged GETs), for
-        libraries that read through one (h5py, PyAV, ``numpy.load``)."""
-        fs = self.filesystem(url)
-
-        async def opened() -> BinaryIO:
-            return await self._call(fs, "open", url, fs.open, url, "rb", cache_type="readahead")
-
-        return self._run(fs, opened())
 
     def list_below(self, prefix: str, *, progress: bool = True) -> list[dict[str, Any]]:
         """Every object below the URL ``prefix``, sorted, each a dict of ``name`` (its URL),
