@@ -285,3 +285,19 @@ def test_an_object_cache_stays_under_max_bytes(
         dataset[i]
     assert 0 < cache.size() <= 4 * one + one  # evicted in steps of max_bytes / 16, past the bound
     assert cache.evict() >= 0 and cache.size() <= 4 * one
+
+
+def test_dataloader_workers_share_one_object_cache(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    keys = put_images(s3_server.filesystem(), s3_bucket, 12)
+    cache = ObjectCache(tmp_path / "objects", max_bytes=1 << 20)
+    dataset = manifest(s3_bucket, store_for(s3_proxy, cache=cache), validate="exists")
+    s3_proxy.reset_counts()
+    for _ in range(2):  # two epochs, two worker processes each, one cache folder
+        loader = DataLoader(dataset, batch_size=4, collate_fn=collate, num_workers=2)
+        paths = [path for batch in loader for path in batch["path"]]
+        assert sorted(paths) == sorted(s3_bucket.url_of(key) for key in keys)
+    assert s3_proxy.requests.object_gets == 12  # the first epoch's; the second is served by the cache
+    objects = sum(len(s3_server.filesystem().cat(s3_bucket.path(key))) for key in keys)
+    assert cache.size() == objects + len(s3_server.filesystem().cat(s3_bucket.path("train/manifest.csv")))

@@ -58,9 +58,9 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBa
     root: str | None = None
     #: The name of the sample's image field (a manifest names its own; ``None``: no image).
     image_field: str | None = "image"
-    #: Whether each sample's file is read whole through :meth:`read_file`, so that a batch's
-    #: objects in a store are worth fetching at once (images are; videos and volumes are not).
-    reads_whole_files: bool = False
+    # Whether each sample's file is read whole through read_file, so that a batch's
+    # objects in a store are worth fetching at once (images are; videos and volumes are not).
+    _reads_whole_files: bool = False
 
     def __init__(
         self,
@@ -112,7 +112,7 @@ class IndexedDataset(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBa
         """``__getitems__`` into the given batch slots (the thread Loader's reused buffers)."""
         checked = [self.checked_key(key) for key in keys]
         slots.generators = self.batch_generators(checked)
-        to_fetch = self.reads_whole_files and self._preloaded is None and len(self.index.paths)
+        to_fetch = self._reads_whole_files and self._preloaded is None and len(self.index.paths)
         if to_fetch and isinstance(self.read_root, ObjectRoot):
             paths = [self.index.paths[int(key)] for key in checked]
             slots.prefetched = self._fetch_batch(self.read_root, paths)

@@ -68,7 +68,7 @@ class FolderDataset(IndexedDataset):
 
     root: str
 
-    reads_whole_files = True
+    _reads_whole_files = True
 
     def __init__(
         self,

@@ -92,7 +92,7 @@ class ManifestDataset(IndexedDataset):
         (torch.Size([3, 8, 8]), 0, [1.5])
     """
 
-    reads_whole_files = True
+    _reads_whole_files = True
 
     def __init__(
         self,

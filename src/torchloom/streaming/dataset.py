@@ -68,7 +68,7 @@ class StreamDataset(ConsumerStream[Any]):
         if storage_options is not None and not isinstance(storage_options, Mapping):
             given = type(storage_options).__name__
             raise ConfigError(f"storage_options is a dict of fsspec options, got {given}")
-        #: The fsspec options the built-in readers reach URL shards with (None: the environment's).
+        #: Fsspec options for URL shards read by the built-in readers, or None for the environment's.
         self.storage_options = None if storage_options is None else dict(storage_options)
         self.reader = reader
         if reader is None:
