@@ -34,6 +34,7 @@ from benchmarks.fast_path import cache_section, loader_section, tune_section
 from benchmarks.hyperspectral_bench import hyperspectral_section
 from benchmarks.memory import ROWS, run_memory
 from benchmarks.objectstore_bench import objectstore_section
+from benchmarks.objectstore_cubes import cube_section
 from benchmarks.peers_bench import peers_section
 from benchmarks.pipeline import PipelineResult, as_rows, run_pipeline
 from benchmarks.sampler_bench import INDICES, run_samplers
@@ -306,6 +307,7 @@ SECTIONS: dict[str, Callable[[bool], str]] = {
     "hyperspectral": lambda quick: hyperspectral_section(quick, markdown_table),
     "video": lambda quick: video_section(quick, markdown_table),
     "objectstore": lambda quick: objectstore_section(quick, markdown_table),
+    "objectstore-cubes": cube_section,
 }
 """Every section of BENCHMARKS.md, in order: ``--only NAME`` re-measures one."""
 
