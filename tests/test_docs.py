@@ -29,6 +29,7 @@ BUILT_ENV = "TORCHLOOM_DOCS_HTML"
 PRINTS = {
     "apply_tune.py": ["[(16, 3, 64, 64), (16, 3, 64, 64)]"],
     "balanced_resume.py": ["33 [40.5 40.5]"],
+    "check_resume.py": ["True 21", "resume exact: 21 of 21 cases"],
     "doctor_api.py": [
         "['empty', 'not_an_image', 'train/val leak', 'truncated'] 2",
         'BalancedSampler(dataset.targets, mode="inverse", seed=0)',

@@ -44,6 +44,7 @@ SUBPACKAGES = (
     "torchloom.tools.show",
     "torchloom.tools.bench",
     "torchloom.tools.demo",
+    "torchloom.tools.check_resume",
 )
 
 
@@ -70,6 +71,7 @@ CORE = {
     "batches": ["collate", "Collate", "PadImages", "PadSequences"],
     "samplers": ["IndexSampler", "BalancedSampler", "WeightedSampler", "MixtureSampler"],
     "loading": ["Loader", "LoaderProfiler", "tune", "DecodedCache", "read_image"],
+    "resume": ["check_resume", "ResumeReport"],
     "randomness": ["SampleKey", "sample_rng"],
     "faults": ["FaultPolicy", "FaultReport", "Skipped"],
     "errors": ["TorchloomError", "ConfigError", "DataError", "SampleError"],

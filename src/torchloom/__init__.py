@@ -34,6 +34,7 @@ from torchloom.errors import ConfigError, DataError, SampleError, TorchloomError
 from torchloom.faults import FaultPolicy, FaultReport, Skipped
 from torchloom.io import read_image
 from torchloom.loader import Loader, LoaderProfiler, tune
+from torchloom.resume import ResumeReport, check_resume
 from torchloom.samplers import BalancedSampler, IndexSampler, MixtureSampler, WeightedSampler
 from torchloom.seeding import SampleKey, sample_rng
 from torchloom.streaming import StreamDataset
@@ -68,6 +69,7 @@ __all__ = [
     "PadSequences",
     "RandomResizedCrop",
     "Resize",
+    "ResumeReport",
     "SampleError",
     "SampleKey",
     "Skipped",
@@ -77,6 +79,7 @@ __all__ = [
     "TorchloomError",
     "WeightedSampler",
     "__version__",
+    "check_resume",
     "collate",
     "read_image",
     "sample_rng",

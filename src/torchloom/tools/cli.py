@@ -1,4 +1,5 @@
-"""The ``torchloom`` command line: ``doctor``, ``prepare``, ``show``, ``bench``, ``cache``, ``demo``.
+"""The ``torchloom`` command line: ``doctor``, ``prepare``, ``show``, ``bench``, ``cache``, ``demo``,
+``check-resume``.
 
 Each command is a module with ``add_parser`` (its arguments) and ``run`` (its handler).
 
@@ -16,12 +17,13 @@ from collections.abc import Sequence
 
 from torchloom.tools.bench import command as bench
 from torchloom.tools.cache import command as cache
+from torchloom.tools.check_resume import command as check_resume
 from torchloom.tools.demo import command as demo
 from torchloom.tools.doctor import command as doctor
 from torchloom.tools.prepare import command as prepare
 from torchloom.tools.show import command as show
 
-COMMANDS = (demo, bench, cache, doctor, prepare, show)
+COMMANDS = (demo, bench, cache, check_resume, doctor, prepare, show)
 
 
 def build_parser() -> argparse.ArgumentParser:
