@@ -37,6 +37,7 @@ from benchmarks.objectstore_bench import objectstore_section
 from benchmarks.objectstore_cubes import cube_section
 from benchmarks.peers_bench import peers_section
 from benchmarks.pipeline import PipelineResult, as_rows, run_pipeline
+from benchmarks.resume_bench import resume_section
 from benchmarks.sampler_bench import INDICES, run_samplers
 from benchmarks.timesync_bench import ONLINE_ROUNDS, ONLINE_TICKS, TICKS, run_timesync
 from benchmarks.timesync_bench import ROUNDS as SYNC_ROUNDS
@@ -302,6 +303,7 @@ SECTIONS: dict[str, Callable[[bool], str]] = {
     "loader": lambda quick: loader_section(quick, markdown_table),
     "cache": lambda quick: cache_section(quick, markdown_table),
     "tune": lambda quick: tune_section(quick, markdown_table),
+    "resume": lambda quick: resume_section(quick, markdown_table),
     "peers": lambda quick: peers_section(quick, markdown_table),
     "doctor": doctor_section,
     "hyperspectral": lambda quick: hyperspectral_section(quick, markdown_table),

@@ -64,3 +64,14 @@ def test_a_bad_option_is_a_usage_error_not_a_traceback(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_the_chosen_setting_reports_its_latencies(mixed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Time to the first batch, the resume latency of a resume from mid-pass, p50/p99 of the wait."""
+    assert main(bench(mixed, "--budget", "2")) == 0
+    latencies = json.loads(capsys.readouterr().out)["latencies"]
+    assert latencies["batches"] == 2 and latencies["first_batch_s"] > 0
+    assert latencies["resume_s"] is not None and latencies["resume_s"] > 0
+    assert 0 <= latencies["wait_p50_ms"] <= latencies["wait_p99_ms"]
+    assert main(["bench", str(mixed), "--batch-size", "4", "--plot", "", "--budget", "2"]) == 0
+    assert "latencies: first batch" in capsys.readouterr().out

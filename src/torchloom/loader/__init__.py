@@ -4,6 +4,7 @@ from torchloom.errors import StateMismatchError
 from torchloom.loader.autotune import Trial, TuneResult, tune
 from torchloom.loader.loader import Loader
 from torchloom.loader.profiler import LoaderProfiler
+from torchloom.loader.ranks import RankTimes
 from torchloom.loader.report import ProfileReport
 from torchloom.timing import StageClock
 
@@ -11,6 +12,7 @@ __all__ = [
     "Loader",
     "LoaderProfiler",
     "ProfileReport",
+    "RankTimes",
     "StageClock",
     "StateMismatchError",
     "Trial",

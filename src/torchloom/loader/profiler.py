@@ -11,6 +11,11 @@ With CUDA, a step's kernels run asynchronously: time in ``next()`` while the GPU
 overlap, not starvation. The profiler records a CUDA event at the end of each step and counts a
 wait only when that event has completed by the time the batch arrives (no synchronisation, so it
 does not change what it measures; the wait counted is then an upper bound).
+
+Resume latency is timed from :meth:`LoaderProfiler.load_state_dict` (which loads the state into
+the loader) to the first batch after it: for a StatefulDataLoader that includes starting workers and
+fast-forwarding the sampler, which a loader applying its state lazily does only then. Under
+``torch.distributed``, :meth:`LoaderProfiler.report` gathers every rank's latencies.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from torchloom.errors import UsageError
+from torchloom.loader.ranks import RankTimes, distributed, gather_rank_times
 from torchloom.loader.report import ProfileReport, advise
 from torchloom.timing import COLLATED_AT_KEY, StageClock, timed_collate
 
@@ -41,6 +48,9 @@ class _Timeline:
     #: report taken inside the loop, or after a ``break`` whose iterator is still held, counts both).
     running_since: float | None = None
     step_since: float | None = None
+    #: When a state was loaded that no batch has followed yet, and each measured resume latency.
+    resumed_at: float | None = None
+    resumes: list[float] = field(default_factory=list)
 
     def close_step(self, now: float) -> None:
         if self.step_since is not None:
@@ -56,7 +66,9 @@ class LoaderProfiler:
 
     Use ``for batch in LoaderProfiler(loader): ...``, or ``profiler(loader)`` to profile another
     loader with the same profiler, then :meth:`report`. Attach it before the loader's workers
-    start (persistent workers already running keep their unprofiled dataset copies).
+    start (persistent workers already running keep their unprofiled dataset copies). Resume through
+    the profiler (``profiler.load_state_dict(state)``) to have the resume latency timed. Under
+    ``torch.distributed``, :meth:`report` is a collective: call it on every rank.
 
     Args:
         loader: a DataLoader, StatefulDataLoader or :class:`torchloom.Loader` (anything iterable).
@@ -96,6 +108,31 @@ class LoaderProfiler:
         finally:
             if restore is not None:
                 restore()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's ``state_dict()``, for a checkpoint written beside the model's."""
+        return dict(self._stateful("state_dict").state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load ``state`` into the loader and time from now to the first batch after it (the resume
+        latency of the report)."""
+        loader = self._stateful("load_state_dict")
+        called = time.perf_counter()
+        loader.load_state_dict(state)
+        self._timeline.resumed_at = called
+
+    def _stateful(self, method: str) -> Any:
+        if self.loader is None:
+            raise UsageError(
+                f"LoaderProfiler() was built without a loader, so it has no {method}(); build it as "
+                "LoaderProfiler(loader) to resume through it"
+            )
+        if not callable(getattr(self.loader, method, None)):
+            raise UsageError(
+                f"{type(self.loader).__name__} has no {method}(), so it cannot resume; use "
+                "torchdata's StatefulDataLoader or torchloom.Loader"
+            )
+        return self.loader
 
     def _attach(self, loader: Any) -> Any:
         """Point the dataset's stage clock at ours and time collate; return how to undo it."""
@@ -144,6 +181,9 @@ class LoaderProfiler:
             except StopIteration:
                 break
             arrived = time.perf_counter()
+            if timeline.resumed_at is not None:
+                timeline.resumes.append(arrived - timeline.resumed_at)
+                timeline.resumed_at = None
             if timeline.batches == 0:
                 timeline.startup_s += arrived - began
             else:
@@ -160,8 +200,13 @@ class LoaderProfiler:
             yield batch  # the training step runs while we are suspended here
             timeline.close_step(time.perf_counter())
 
-    def report(self) -> ProfileReport:
-        """What was measured, the verdict and the advice."""
+    def report(self, *, gather: bool = True) -> ProfileReport:
+        """What was measured, the verdict and the advice.
+
+        Under ``torch.distributed`` this is a collective that gathers every rank's latencies into
+        ``ranks``: call it on every rank (then print it on rank 0), or pass ``gather=False`` for this
+        rank's figures alone.
+        """
         timeline, now = self._timeline, time.perf_counter()
         # A pass still running (a report inside the loop) counts so far.
         running = [now - since for since in (timeline.step_since,) if since is not None]
@@ -184,7 +229,18 @@ class LoaderProfiler:
             wait_p99_ms=float(np.percentile(waits, 99) * 1e3),
             stages=self.clock.totals() if self.stages else {},
             handoff_s=float(np.sum(timeline.handoffs)),
+            resume_s=max(timeline.resumes) if timeline.resumes else None,
         )
+        own = RankTimes(
+            rank=dist.get_rank() if distributed() else 0,
+            batches=report.batches,
+            startup_s=report.startup_s,
+            resume_s=report.resume_s,
+            wait_share=report.wait_share,
+            wait_p50_ms=report.wait_p50_ms,
+            wait_p99_ms=report.wait_p99_ms,
+        )
+        report.ranks = gather_rank_times(own) if gather else (own,)
         report.verdict, report.advice = advise(report, self.loader)
         return report
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchloom.io.threads import usable_cores
+from torchloom.loader.ranks import RankTimes
 
 #: Above this share of step time spent waiting, a loop is data-bound.
 DATA_BOUND_SHARE = 0.10
@@ -36,7 +37,12 @@ ADVICE = {
 class ProfileReport:
     """Times in seconds (``*_ms``: milliseconds); ``stages`` sums every worker's stage times.
 
-    ``str(report)`` prints the verdict, the times, each stage's share and the advice.
+    The latencies a team can hold a pipeline to: ``startup_s``, the time to the first batch;
+    ``resume_s``, from :meth:`LoaderProfiler.load_state_dict <torchloom.LoaderProfiler.load_state_dict>`
+    to the first batch after it (None without a resume; the slowest when it resumed more than once);
+    and the percentiles of the per-batch wait. Under ``torch.distributed``, ``ranks`` holds those of
+    every rank, ordered by rank (a job is as fast as its slowest rank); otherwise only this process's.
+    ``str(report)`` prints the verdict, the times, each stage's share, each rank and the advice.
 
     Example:
         >>> from torchloom.loader import ProfileReport
@@ -61,6 +67,8 @@ class ProfileReport:
     wait_p99_ms: float
     stages: dict[str, float] = field(default_factory=dict)
     handoff_s: float = 0.0
+    resume_s: float | None = None
+    ranks: tuple[RankTimes, ...] = ()
     verdict: str = ""
     advice: str = ""
 
@@ -80,7 +88,9 @@ class ProfileReport:
         lines = [
             self.verdict,
             f"  {self.samples:,} samples in {self.batches:,} batches, {self.samples_per_s:,.0f} samples/s "
-            f"over {self.wall_s:.2f} s (first batch after {self.startup_s:.2f} s)",
+            f"over {self.wall_s:.2f} s (first batch after {self.startup_s:.2f} s"
+            + ("" if self.resume_s is None else f", first batch {self.resume_s:.2f} s after resuming")
+            + ")",
             f"  waiting for data {self.wait_s:.2f} s, model steps {self.step_s:.2f} s; per-batch wait "
             f"p50 {self.wait_p50_ms:.1f} ms, p90 {self.wait_p90_ms:.1f} ms, p99 {self.wait_p99_ms:.1f} ms",
         ]
@@ -90,6 +100,8 @@ class ProfileReport:
                 f"{name} {share:.0%}" for name, share in sorted(shares.items(), key=lambda s: -s[1])
             )
             lines.append(f"  loading time: {parts}")
+        if len(self.ranks) > 1:
+            lines += [f"  {times}" for times in self.ranks]
         if self.advice:
             lines.append(f"  advice: {self.advice}")
         return "\n".join(lines)

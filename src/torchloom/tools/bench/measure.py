@@ -3,7 +3,9 @@
 The table is rich in a terminal and plain text when piped (``--json`` for machines); the PNG plots
 samples/s against DataLoader workers (and the thread Loader's threads) with the chosen setting
 marked. Batches are collated as training on a folder of mixed sizes would: images padded to the
-largest of the batch (``PadImages``; the same cost as stacking when they share a size).
+largest of the batch (``PadImages``; the same cost as stacking when they share a size). The chosen
+setting's latencies follow: time to the first batch, resume latency and p50/p99 of the wait
+(:func:`~torchloom.tools.bench.slos.measure_latencies`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torchloom.collation import Collate, PadImages
 from torchloom.datasets.index import DatasetReport
 from torchloom.errors import install_hint
 from torchloom.loader.autotune import Trial, TuneResult, tune
+from torchloom.tools.bench.slos import LoaderLatencies, measure_latencies
 from torchloom.tools.show.command import open_dataset
 from torchloom.tools.terminal import Output, print_left_out
 
@@ -63,10 +66,11 @@ def run_bench(
     # Padded, so that a folder of mixed sizes is measured as training on it runs, not refused.
     padded = Collate({"image": PadImages()})
     result = tune(dataset, batch_size=batch_size, budget_s=budget_s, collate_fn=padded, progress=not as_json)
+    latencies = measure_latencies(dataset, result.best, collate_fn=padded)
     if as_json:
-        print(json.dumps(_as_json(result), indent=2))
+        print(json.dumps({**_as_json(result), "latencies": latencies.as_json()}, indent=2))
     else:
-        _print_table(result)
+        _print_table(result, latencies)
     if plot:
         written = plot_trials(result, plot)
         if not as_json:
@@ -91,7 +95,7 @@ def _as_json(result: TuneResult) -> dict[str, Any]:
     }
 
 
-def _print_table(result: TuneResult) -> None:
+def _print_table(result: TuneResult, latencies: LoaderLatencies) -> None:
     rows = result.rows()
     # The best is num_workers=0 unmeasured when no trial could be compared.
     measured = (trial.name for trial in result.table if trial.setting == result.best)
@@ -102,6 +106,7 @@ def _print_table(result: TuneResult) -> None:
         [list(row.values()) for row in rows],
     )
     print(f"chosen: {chosen}")
+    print(f"latencies: {latencies}")
     if result.note:
         print(f"note: {result.note}")
 
