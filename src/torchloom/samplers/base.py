@@ -42,8 +42,11 @@ from torchloom.resume.state import Resumable, check_epoch, check_field
 from torchloom.samplers.contract import UnitSampler
 from torchloom.seeding import SampleKey, key_class
 
-# Keys made at once while iterating: bounds memory for epochs of many millions of indices.
+# Keys made at once while iterating: bounds memory for epochs of many millions of indices. The
+# first chunk is small and each next one twice as large: a key costs ~5 us to make (the garbage
+# collector tracks it), so a first chunk of a million would hold back the first batch for seconds.
 KEY_CHUNK = 1 << 20
+FIRST_KEY_CHUNK = 1 << 12
 STATE_EPOCH = "epoch"
 STATE_YIELDED = "yielded"
 STATE_START = "start"
@@ -297,11 +300,14 @@ class KeySampler(DistributedSampler[SampleKey], Resumable, UnitSampler, HasEpoch
         # iterated in C: a checkpoint reads the position from the chunk iterator's remaining length.
         make = functools.partial(int.__new__, key_class(epoch))
         self._yielded = start
-        for chunk_start in range(start, len(indices), KEY_CHUNK):
-            keys = list(map(make, indices[chunk_start : chunk_start + KEY_CHUNK].tolist()))
+        chunk_start, size = start, FIRST_KEY_CHUNK
+        while chunk_start < len(indices):
+            keys = list(map(make, indices[chunk_start : chunk_start + size].tolist()))
             iterator = iter(keys)
             self._live = (iterator, chunk_start, len(keys))
             yield from iterator
+            chunk_start += len(keys)
+            size = min(2 * size, KEY_CHUNK)
         self._live = None
         self._yielded = len(indices)
         self._epochs.finish(epoch)
