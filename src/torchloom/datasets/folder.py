@@ -16,7 +16,7 @@ from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
 from torchloom.datasets.index import DatasetReport, SampleIndex, check_image_file, keep_valid, validate_files
 from torchloom.datasets.listing import PrefixListing
 from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
-from torchloom.datasets.shared_index import bound_to, built_once, shares_index
+from torchloom.datasets.shared_index import built_once, shares_index
 from torchloom.datasets.walk import require_folder
 from torchloom.errors import EmptyDatasetError, ValidationFailedError
 from torchloom.io.files import Inside
@@ -85,7 +85,8 @@ class FolderDataset(IndexedDataset):
         built = built_once(
             lambda: _index_folder(root_text, sample.store, indexing, split, extensions, max_pixels),
             share=shares_index(indexing.share_index, root_text),
-            what=f"FolderDataset {root_text!r}",
+            what=f"FolderDataset {root_text!r} (split={split!r}, extensions={list(extensions)})",
+            store=sample.store,
         )
         self.root = built.root
         #: The split folder read (``split=``), or None.
@@ -94,7 +95,7 @@ class FolderDataset(IndexedDataset):
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self.report = built.report
         super().__init__(built.index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
-        self.read_root = bound_to(built.read_root, sample.store)
+        self.read_root = built.read_root
         self.report.empty_classes = [name for name, count in self.class_counts.items() if count == 0]
         if self.report.empty_classes:
             warnings.warn(

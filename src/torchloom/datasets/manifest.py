@@ -24,7 +24,7 @@ from torchloom.datasets.index import (
     validate_files,
 )
 from torchloom.datasets.options import IndexingOptions, indexing_settings
-from torchloom.datasets.shared_index import bound_to, built_once, shares_index
+from torchloom.datasets.shared_index import built_once, shares_index
 from torchloom.errors import EmptyDatasetError, FieldNotFoundError, ManifestError
 from torchloom.io.file_errors import REASON_MISSING
 from torchloom.io.files import Inside, is_url
@@ -111,7 +111,8 @@ class ManifestDataset(IndexedDataset):
         table, self.source, root_path = built_once(
             lambda: _load_manifest(manifest, root, _string_columns(fields), sample.store),
             share=share and not isinstance(manifest, pa.Table),
-            what="a ManifestDataset's manifest",
+            what=f"the manifest of ManifestDataset {_named(manifest)} (root={_named(root)})",
+            store=sample.store,
         )
         self.root = root_path
         names = [f.name or getattr(f, "column", "") for f in fields]
@@ -154,7 +155,7 @@ class ManifestDataset(IndexedDataset):
                 return checks, read_root  # with the sizes and ETags the checks saw
 
             what = f"ManifestDataset {self.source!r}"
-            reasons[pending], read_root = built_once(validated, share=share, what=what)
+            reasons[pending], read_root = built_once(validated, share=share, what=what, store=sample.store)
         keep = keep_valid(
             reasons,
             lambda row: self._row_name(row, paths),
@@ -175,7 +176,7 @@ class ManifestDataset(IndexedDataset):
             label.values if label is not None else np.full(len(keep), -1, np.int64),
         )
         super().__init__(index, sample, max_pixels=max_pixels, exif_orientation=exif_orientation)
-        self.read_root = bound_to(read_root, sample.store)
+        self.read_root = read_root
 
     def _warn_missing(self) -> None:
         """Say once how many rows name files that are not there: a silent drop looks like a smaller
@@ -244,12 +245,18 @@ def _expect_sizes(table: pa.Table, paths: list[str], read_root: Inside) -> np.nd
     if not isinstance(read_root, ObjectRoot) or SIZE_COLUMN not in table.column_names:
         return vouched
     column = table.column(SIZE_COLUMN)
+    if pa.types.is_null(column.type):  # every size empty: none known
+        return vouched
     if not pa.types.is_integer(column.type):
         raise ManifestError(
             f"the manifest's {SIZE_COLUMN!r} column holds each file's size in bytes, whole numbers; it "
             f"holds {column.type}: fix it or rename the column"
         )
-    sizes = column.fill_null(-1).to_numpy()
+    try:
+        sizes = column.cast(pa.int64()).fill_null(-1).to_numpy()  # checked: a uint64 past int64 raises
+    except pa.ArrowInvalid as exc:
+        why = f"the manifest's {SIZE_COLUMN!r} column holds a size too large to be one"
+        raise ManifestError(f"{why}: {exc}") from None
     for row in np.flatnonzero(sizes >= 0).tolist():
         if paths[row]:
             read_root.expect(paths[row], int(sizes[row]))
@@ -283,6 +290,11 @@ def _load_manifest(
         return table, source, given or root_url(folder)
     table = read_table(source, string_columns=string_columns)
     return table, source, given or os.path.dirname(os.path.abspath(source))
+
+
+def _named(source: object) -> str:
+    """A manifest or root as the ranks compare them: its path or URL, or what kind it is."""
+    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else type(source).__name__
 
 
 def _root_text(root: str) -> str:

@@ -22,6 +22,7 @@ waits on an index that will never come.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from collections.abc import Callable
@@ -31,8 +32,8 @@ from typing import TypeVar
 import torch.distributed as dist
 
 from torchloom.errors import DistributedSetupError
-from torchloom.io.files import Inside, is_url
-from torchloom.io.objects import ObjectRoot, ObjectStore
+from torchloom.io.files import is_url
+from torchloom.io.objects import ObjectStore
 
 T = TypeVar("T")
 
@@ -58,7 +59,7 @@ def shares_index(share_index: bool | None, *sources: object) -> bool:
     )
 
 
-def built_once(build: Callable[[], T], *, share: bool, what: str) -> T:
+def built_once(build: Callable[[], T], *, share: bool, what: str, store: ObjectStore | None = None) -> T:
     """``build()``, run here when ``share`` is False, else on rank 0 only and broadcast to every
     rank of the default process group (which must all call this, in the same order).
 
@@ -68,7 +69,12 @@ def built_once(build: Callable[[], T], *, share: bool, what: str) -> T:
     Args:
         build: makes the index; its result must pickle.
         share: whether to share (see :func:`shares_index`).
-        what: the dataset, as errors name it (``"FolderDataset 's3://b/train'"``).
+        what: the dataset, as errors name it (``"FolderDataset 's3://b/train'"``), with what
+            tells it from another: a rank whose ``what`` is not rank 0's raises instead of taking
+            another dataset's index.
+        store: this rank's :class:`~torchloom.io.ObjectStore`: the index travels without rank 0's
+            store (its options and credentials may not pickle, and stay on rank 0), and reads
+            on this rank through this one.
 
     Example:
         >>> built_once(lambda: ["a.jpg", "b.jpg"], share=False, what="a dataset")
@@ -79,38 +85,57 @@ def built_once(build: Callable[[], T], *, share: bool, what: str) -> T:
     if dist.get_rank() == INDEXING_RANK:
         try:
             result = build()
-            payload: bytes | _Failure = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            payload: bytes | _Failure = _packed(result)
         except Exception as error:
-            dist.broadcast_object_list([_Failure.of(error)], src=INDEXING_RANK)
+            dist.broadcast_object_list([(what, _Failure.of(error))], src=INDEXING_RANK)
             raise
-        dist.broadcast_object_list([payload], src=INDEXING_RANK)
+        dist.broadcast_object_list([(what, payload)], src=INDEXING_RANK)
         return result
-    box: list[bytes | _Failure | None] = [None]
+    box: list[tuple[str, bytes | _Failure] | None] = [None]
     dist.broadcast_object_list(box, src=INDEXING_RANK)
-    received = box[0]
-    if isinstance(received, _Failure):
-        raise received.error(what)
-    if not isinstance(received, bytes):
+    sent = box[0]
+    if not isinstance(sent, tuple) or len(sent) != 2:
         raise DistributedSetupError(
-            f"{what}: rank {INDEXING_RANK} broadcast {type(received).__name__}, not an index; "
+            f"{what}: rank {INDEXING_RANK} broadcast {type(sent).__name__}, not an index; "
             "every rank must construct the same datasets in the same order"
         )
-    built: T = pickle.loads(received)
+    their_what, received = sent
+    if their_what != what:
+        raise DistributedSetupError(
+            f"this rank built {what} while rank {INDEXING_RANK} built {their_what}: every rank must "
+            "construct the same datasets, with the same arguments, in the same order (or pass "
+            "share_index=False to index on each rank)"
+        )
+    if isinstance(received, _Failure):
+        raise received.error(what)
+    built: T = _Unpacker(io.BytesIO(received), store or ObjectStore()).load()
     return built
 
 
-def bound_to(read_root: Inside, store: ObjectStore) -> Inside:
-    """``read_root`` as received from rank 0, reading through this process's own ``store`` (whose
-    counters and settings the user holds) while keeping the sizes and ETags rank 0 indexed.
+_STORE = "torchloom.ObjectStore"
 
-    Example:
-        >>> store = ObjectStore()
-        >>> bound_to(ObjectRoot("s3://b/train", ObjectStore()), store).store is store
-        True
-    """
-    if isinstance(read_root, ObjectRoot):
-        read_root.store = store
-    return read_root
+
+def _packed(result: object) -> bytes:
+    """``result`` pickled with every :class:`~torchloom.io.ObjectStore` in it left out."""
+    buffer = io.BytesIO()
+    _Packer(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(result)
+    return buffer.getvalue()
+
+
+class _Packer(pickle.Pickler):
+    def persistent_id(self, obj: object) -> str | None:
+        return _STORE if isinstance(obj, ObjectStore) else None
+
+
+class _Unpacker(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, store: ObjectStore) -> None:
+        super().__init__(file)
+        self.store = store
+
+    def persistent_load(self, pid: object) -> object:
+        if pid != _STORE:
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return self.store
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,9 @@ class ObjectCache:
 
     def _write_atomically(self, final: str, data: bytes) -> None:
         temporary = os.path.join(self._incoming, uuid.uuid4().hex)
+        if not os.path.isdir(self._incoming):  # removed by a cleaner of temporary files: again
+            os.makedirs(self._incoming, exist_ok=True)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
         with open(temporary, "wb") as handle:
             handle.write(data)
         os.replace(temporary, final)

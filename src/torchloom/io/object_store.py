@@ -97,6 +97,13 @@ class ObjectStore:
         if not backoff >= 0 or not max_backoff >= backoff:
             raise ConfigError(f"need 0 <= backoff <= max_backoff, got {backoff=} and {max_backoff=}")
         self.storage_options = dict(storage_options or {})
+        for name in ("key", "secret", "token"):
+            value = self.storage_options.get(name)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(
+                    f"storage_options[{name!r}] is a credential, text; got {type(value).__name__} "
+                    "(on the command line, quote a secret of digits: --storage-option 'secret=\"0123\"')"
+                )
         self.max_in_flight = max_in_flight
         self.retries = retries
         self.backoff = backoff
@@ -274,13 +281,16 @@ class ObjectStore:
         data = await asyncio.to_thread(cache.get, url, etag=etag)
         if data is not None:
             self.stats.count("cache hit")
-            return Fetched(data, len(data), etag)
+            return Fetched(data[:end], len(data), etag)  # only the bytes asked for
         kept = None if etag is not None or not _speaks_s3(fs) else await asyncio.to_thread(cache.newest, url)
         fetched = await self._get_fresh(fs, url, 0, end, unless=kept[0] if kept else None)
         if fetched.not_modified and kept is not None:
-            return Fetched(kept[1], len(kept[1]), kept[0])
+            return Fetched(kept[1][:end], len(kept[1]), kept[0])
         if fetched.etag is not None and (end is None or len(fetched.data) < end):
-            await asyncio.to_thread(cache.put, url, fetched.data, etag=fetched.etag)
+            try:
+                await asyncio.to_thread(cache.put, url, fetched.data, etag=fetched.etag)
+            except OSError:  # a full or vanished cache disk is the cache's failure, not the read's
+                self.stats.count_failure("cache write")
         return fetched
 
     async def _get_fresh(

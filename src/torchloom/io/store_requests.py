@@ -49,6 +49,20 @@ _TRANSIENT_TYPE_WORDS = re.compile(r"Timeout|Connection|Disconnected|IncompleteR
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 MISSING, DENIED, PAST_END, TRANSIENT, OTHER = "missing", "denied", "past end", "transient", "other"
+# Codes of refused credentials, whatever the status (an expired token is a 400).
+_DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "Forbidden",
+        "ExpiredToken",
+        "InvalidToken",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccountProblem",
+        "AllAccessDisabled",
+        "TokenRefreshRequired",
+    }
+)
 NOT_MODIFIED = "not modified"
 
 
@@ -158,7 +172,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
             return PAST_END, code or "HTTP 416"
         if code in ("NoSuchKey", "NoSuchBucket", "NotFound") or status == 404:
             return MISSING, code or "HTTP 404"
-        if code in ("AccessDenied", "Forbidden") or status == 403:
+        if code in _DENIED_CODES or status == 403:
             return DENIED, code or "HTTP 403"
     for error in _chain(exc):
         if isinstance(error, (TimeoutError, asyncio.TimeoutError)):

@@ -61,6 +61,13 @@ def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Options that are always text, never read as JSON (credentials, names, addresses).
+TEXT_OPTIONS = frozenset(
+    {"key", "secret", "token", "username", "password", "profile", "region_name", "endpoint_url"}
+    | {"account_name", "account_key"}
+)
+
+
 def storage_option(text: str) -> tuple[str, Any]:
     """An argparse type: ``KEY=VALUE`` as ``(key, value)``, the value read as JSON when it parses.
 
@@ -72,6 +79,8 @@ def storage_option(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not equals or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. anon=true), got {text!r}")
+    if key in TEXT_OPTIONS:  # a secret of digits is still a secret, not a number
+        return key, value
     try:
         return key, json.loads(value)
     except ValueError:  # not JSON: the text itself (a profile name, a region)
