@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from s3proxy import FaultProxy
 from s3server import S3Bucket, S3Server
 from torchloom import FaultReport, SampleKey, collate
-from torchloom.datasets import VideoClipDataset
+from torchloom.datasets import Manifest, VideoClipDataset
 from torchloom.errors import ObjectChangedError
 from torchloom.faults import Skipped
 from torchloom.io import ObjectRoot, ObjectStore, probe_video, read_frames
@@ -127,6 +127,25 @@ def test_a_url_dataset_reads_the_frames_a_local_read_does_in_few_gets_per_clip(
         # readahead that doubles, not ~14 GETs of 64 KiB; a held header serves the orientation.
         assert s3_proxy.requests.total == gets <= 8, (key, gets)
         assert fetched < (local_videos / key).stat().st_size, key
+
+
+def test_a_manifest_url_names_its_videos_without_a_listing(
+    s3_server: S3Server, s3_proxy: FaultProxy, s3_bucket: S3Bucket, local_videos: Path
+) -> None:
+    url = upload(s3_server, s3_bucket, local_videos)
+    rows = "file,action\nweb/faststart.mp4,wave\nphone/camera.mp4,walk\nweb/gone.mkv,wave\n"
+    s3_server.filesystem().pipe(s3_bucket.path("clips/list.csv"), rows.encode())
+    source = Manifest(f"{url}/list.csv", path_column="file", label_column="action")
+    clips = VideoClipDataset(source, frames=4, storage_options=store_for(s3_proxy), progress=False)
+    counts = s3_proxy.requests
+    # The manifest (one GET), then each video's header: no listing, no HEAD.
+    assert (counts.lists, counts.heads, counts.gets) == (0, 0, 1)
+    assert clips.classes == ["walk", "wave"] and len(clips) == 2
+    assert [path for path, _ in clips.report.invalid] == [f"{url}/web/gone.mkv"]
+    sample = clips[1]
+    assert sample["path"] == f"{url}/phone/camera.mp4" and sample["label"] == 0
+    expected = VideoClipDataset([str(local_videos / "phone/camera.mp4")], frames=4)[0]
+    assert np.array_equal(sample["video"].numpy(), expected["video"].numpy())
 
 
 @pytest.mark.parametrize("key", sorted(VIDEOS))

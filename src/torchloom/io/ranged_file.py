@@ -87,9 +87,10 @@ class RangedFile(io.RawIOBase):
     A read after a seek fetches :data:`BLOCK_BYTES`; a miss that continues a held block (a
     decoder reading a video's packets, a reader going through a zip member) fetches twice that
     block, up to :data:`MAX_READAHEAD_BYTES`, so a sequential read of ``n`` bytes is about
-    ``log2(n / BLOCK_BYTES)`` GETs rather than ``n / BLOCK_BYTES``, and a seek starts small again. The last :data:`KEPT_BLOCKS` blocks of at most :data:`BLOCK_BYTES` are
-    kept besides the current one: a container's header read at the open (an MP4's ``moov`` at the
-    end of the file, a Matroska's ``Tracks`` at its start) is served again without a GET.
+    ``log2(n / BLOCK_BYTES)`` GETs rather than ``n / BLOCK_BYTES``, and a seek starts small again.
+    The last :data:`KEPT_BLOCKS` blocks of at most :data:`BLOCK_BYTES` are held besides the
+    current one: a container's header read at the open (an MP4's ``moov`` at the end of the file,
+    a Matroska's ``Tracks`` at its start) is served again without a GET.
 
     Args:
         root: the dataset's object root (its store, its confinement).
