@@ -75,6 +75,7 @@ def encode(
     times: np.ndarray | None = None,
     b_frames: int = 0,
     images: np.ndarray | None = None,
+    options: dict[str, str] | None = None,
 ) -> None:
     """``count`` numbered frames; ``first_pts`` seconds before the first frame (a recording cut
     from a stream), an audio track of ``audio_seconds`` (silence), a display matrix turning the
@@ -82,10 +83,12 @@ def encode(
     matrix ``a b / c d`` (16.16 fixed point, FFmpeg's order: ``-display_hflip`` is ``-1 0 / 0 1``);
     ``times``: each frame's time in seconds (a variable frame rate, in milliseconds as a phone's
     or a screen recorder's); ``b_frames``: B-frames between references; ``images``: other frames
-    than the numbered ones."""
-    with av.open(str(path), "w", format=container_format) as container:
+    than the numbered ones, of any size; ``options``: the muxer's (``{"movflags": "faststart"}``
+    puts an MP4's ``moov`` before its media)."""
+    images = numbered(count) if images is None else images[:count]
+    with av.open(str(path), "w", format=container_format, options=options or {}) as container:
         stream = container.add_stream(codec, rate=rate)
-        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = images.shape[2], images.shape[1], "yuv420p"
         stream.codec_context.gop_size = gop
         stream.codec_context.max_b_frames = b_frames
         if first_pts or times is not None:
@@ -99,7 +102,7 @@ def encode(
         if audio_seconds:
             codec_name = "libopus" if path.suffix == ".webm" else "aac"
             audio = container.add_stream(codec_name, rate=48000, layout="mono")
-        for number, image in enumerate(numbered(count) if images is None else images[:count]):
+        for number, image in enumerate(images):
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
             if first_pts or times is not None:
                 seconds = first_pts + (number / rate if times is None else float(times[number]))

@@ -44,7 +44,8 @@ class VideoClipDataset(ProbedFileDataset[VideoHeader]):
     directly in the folder, unlabelled; files found as :class:`torchloom.FolderDataset` finds
     them), a manifest (a CSV, JSON, JSONL or Parquet file with ``path`` and, optionally, ``label``
     columns, or a :class:`~torchloom.datasets.Manifest` naming other columns, its root or a pyarrow
-    table), or a list of paths.
+    table), or a list of paths; a root or a manifest may be a URL (``s3://bucket/clips``, with
+    ``storage_options=``), each video then read in a few ranged GETs.
     Every file's header is probed at construction, in threads: durations, frame counts and
     rates go into numpy arrays (:attr:`durations`, :attr:`frame_counts`, :attr:`rates`), and
     files that do not probe are left out and listed in :attr:`report` (``strict=True`` raises).

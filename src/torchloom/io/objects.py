@@ -109,7 +109,7 @@ class ObjectRoot:
         return self.checked(path, self.store.get(path, offset, offset + length)).data
 
     def open(self, path: str, *, inside: str | None) -> BinaryIO:
-        """A :class:`~torchloom.io.ranged_file.RangedFile`: each read that misses its block one
+        """A :class:`~torchloom.io.ranged_file.RangedFile`: each read that misses its blocks one
         ranged GET through this root (fsspec's own file would send a HEAD, then read 50 MiB)."""
         path = normal_url(path)
         self.check(path)

@@ -3,8 +3,9 @@ windows) read a URL through.
 
 fsspec's own file object reads ahead a whole block on its first read (50 MiB with s3fs) and sends
 a HEAD when it opens: probing the 128-byte header of a ``.npy`` volume would download up to 50 MiB.
-:class:`RangedFile` instead sends one ranged GET per read that misses its small block
-(:data:`BLOCK_BYTES`), through the dataset's :class:`~torchloom.io.ObjectRoot`: each request is
+:class:`RangedFile` instead sends one ranged GET per read that misses the blocks it holds (a small
+one, :data:`BLOCK_BYTES`, after a seek; growing ones as a read goes on sequentially, as a video
+decoder's does), through the dataset's :class:`~torchloom.io.ObjectRoot`: each request is
 confined to the root, retried and counted by its store, and checked against the object as first
 read (another size or ETag is an :class:`~torchloom.errors.ObjectChangedError`). The object's
 size comes with the first GET (its ``Content-Range``), so no HEAD is sent to S3.
@@ -34,8 +35,12 @@ from torchloom.io.store_requests import Fetched
 if TYPE_CHECKING:  # the root's own module opens objects as RangedFile
     from torchloom.io.objects import ObjectRoot
 
-#: Bytes a read that misses the current block fetches at least (a header, a zip directory).
+#: Bytes a read that misses the blocks held fetches at least (a header, a zip directory).
 BLOCK_BYTES = 64 << 10
+#: The most one GET of a sequential read fetches (each continuing miss doubles the last fetch).
+MAX_READAHEAD_BYTES = 8 << 20
+#: Small blocks (at most :data:`BLOCK_BYTES`) held besides the current one: a container's headers.
+KEPT_BLOCKS = 3
 
 
 def fetch_range(root: ObjectRoot, url: str, start: int, end: int) -> Fetched:
@@ -75,9 +80,17 @@ def fetch_ranges(root: ObjectRoot, url: str, spans: Sequence[tuple[int, int]]) -
 
 
 class RangedFile(io.RawIOBase):
-    """A read-only, seekable file object of one object of ``root``, each read a ranged GET (reads
-    that miss the current block fetch :data:`BLOCK_BYTES` at least); it has no descriptor, so
-    ``fileno()`` raises ``io.UnsupportedOperation`` and memory-mapping is not offered.
+    """A read-only, seekable file object of one object of ``root``, each read that misses the
+    blocks it holds one ranged GET; it has no descriptor, so ``fileno()`` raises
+    ``io.UnsupportedOperation`` and memory-mapping is not offered.
+
+    A read after a seek fetches :data:`BLOCK_BYTES`; a miss that continues a held block (a
+    decoder reading a video's packets, a reader going through a zip member) fetches twice that
+    block, up to :data:`MAX_READAHEAD_BYTES`, so a sequential read of ``n`` bytes is about
+    ``log2(n / BLOCK_BYTES)`` GETs rather than ``n / BLOCK_BYTES``, and a seek starts small again.
+    The last :data:`KEPT_BLOCKS` blocks of at most :data:`BLOCK_BYTES` are held besides the
+    current one: a container's header read at the open (an MP4's ``moov`` at the end of the file,
+    a Matroska's ``Tracks`` at its start) is served again without a GET.
 
     Args:
         root: the dataset's object root (its store, its confinement).
@@ -102,15 +115,15 @@ class RangedFile(io.RawIOBase):
         self.name = url
         self._size = size
         self._position = 0
-        self._block_start = 0
-        self._block = b""
+        # Held blocks as (start, bytes), the most recently fetched last: small ones kept, one large.
+        self._blocks: list[tuple[int, bytes]] = []
 
     @property
     def size(self) -> int:
         """The object's size in bytes: a ranged GET of a byte when no read told it yet, or a HEAD
         from a store whose GETs do not say it (S3's do)."""
         if self._size is None:
-            self._fetch(0, 1)
+            self._fetch(0, 1, read_ahead=False)
         if self._size is None:
             self._size = self.root.info(self.url).size
         return self._size
@@ -136,25 +149,36 @@ class RangedFile(io.RawIOBase):
         return self._position
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        wanted = len(buffer)
-        start, end = self._position, self._position + wanted
+        end = self._position + len(buffer)
         if self._size is not None:
             end = min(end, self._size)
-        if wanted == 0 or start >= end:
-            return 0
-        block_end = self._block_start + len(self._block)
-        if not self._block_start <= start < end <= block_end:
-            self._fetch(start, max(end, start + BLOCK_BYTES))
-            end = min(end, self._block_start + len(self._block))
-        data = self._block[start - self._block_start : end - self._block_start]
-        buffer[: len(data)] = data
-        self._position += len(data)
-        return len(data)
+        done = 0
+        while self._position < end:
+            data = self._held(self._position, end)
+            if data is None:
+                self._fetch(self._position, end)
+                data = self._held(self._position, end)
+                if data is None:  # the object ended before ``end``
+                    break
+            buffer[done : done + len(data)] = data
+            done += len(data)
+            self._position += len(data)
+        return done
 
     def readall(self) -> bytes:
         return self.read(max(self.size - self._position, 0))
 
-    def _fetch(self, start: int, end: int) -> None:
+    def _held(self, start: int, end: int) -> memoryview | None:
+        """The bytes from ``start`` (up to ``end``) of a held block that holds ``start``."""
+        for block_start, block in reversed(self._blocks):
+            if block_start <= start < block_start + len(block):
+                return memoryview(block)[start - block_start : end - block_start]
+        return None
+
+    def _fetch(self, start: int, end: int, *, read_ahead: bool = True) -> None:
+        """Fetch a block from ``start``: at least to ``end``, larger when it continues a held one."""
+        if read_ahead:
+            end = max(end, start + self._readahead(start))
         if self._size is not None:
             end = min(end, self._size)
         fetched = fetch_range(self.root, self.url, start, end)
@@ -162,4 +186,14 @@ class RangedFile(io.RawIOBase):
             self._size = fetched.size
         elif len(fetched.data) < end - start:  # a store that names no size: the end was reached
             self._size = start + len(fetched.data)
-        self._block_start, self._block = start, fetched.data
+        kept = [block for block in self._blocks if len(block[1]) <= BLOCK_BYTES][-KEPT_BLOCKS:]
+        self._blocks = [*kept, (start, fetched.data)]
+
+    def _readahead(self, start: int) -> int:
+        """Bytes to fetch from ``start``: twice a held block it continues (within that block's
+        length past its end: a demuxer skipping another stream's packets), else one block."""
+        for block_start, block in reversed(self._blocks):
+            block_end = block_start + len(block)
+            if block_end <= start <= block_end + len(block):
+                return max(BLOCK_BYTES, min(2 * len(block), MAX_READAHEAD_BYTES))
+        return BLOCK_BYTES

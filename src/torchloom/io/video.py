@@ -85,7 +85,9 @@ class VideoClip:
 def probe_video(path: str | os.PathLike[str], *, inside: Inside = None) -> VideoHeader:
     """Read the header of ``path``'s first video stream: duration, rate, frame count, size.
 
-    ``inside``: a real folder the path must resolve into (checked when the file is opened).
+    ``inside``: a real folder the path must resolve into (checked when the file is opened), or
+    the :class:`~torchloom.io.ObjectRoot` a URL is read from (an MP4's header in one or two
+    ranged GETs, at its start or its end).
 
     Example:
         >>> import numpy as np, os, tempfile
@@ -311,8 +313,11 @@ def _open_container(
 ) -> Iterator[tuple[InputContainer, BinaryIO]]:
     av = require_av()
     with open_file(path, inside=inside) as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
+        # A read rather than fstat: an object has no descriptor, and its first block is what
+        # the demuxer reads first anyway.
+        if not handle.read(1):
             raise DecodeError(path, "file is empty (0 bytes)")
+        handle.seek(0)
         try:
             with av.open(handle, mode="r", metadata_errors="ignore") as container:
                 yield container, handle
@@ -363,4 +368,4 @@ def _shown(
     """The turn the frames ``taken`` are shown with; the identity where none is to be applied."""
     if not taken:
         return DisplayOrientation()
-    return shown_orientation(path, container, stream, handle.fileno(), taken[0], inside=inside)
+    return shown_orientation(path, container, stream, handle, taken[0], inside=inside)

@@ -1,5 +1,7 @@
 """The display matrix of an MP4 or QuickTime track, read from its ``tkhd`` box with a small
-bounded parser (positional reads of box headers, never the whole file).
+bounded parser (positional reads of box headers, never the whole file), through the file object
+the container reads: a local file's or an object's (:class:`~torchloom.io.ranged_file.RangedFile`,
+whose blocks held since the container's open serve the reads), its position kept.
 
 FFmpeg hands a decoded frame only the matrix's rotation (PyAV's ``VideoFrame.rotation``): a
 mirroring matrix reads as a turn (a horizontal flip as 180°, a vertical one as 0°). The whole
@@ -12,13 +14,13 @@ Example:
     >>> path = os.path.join(tempfile.mkdtemp(), "clip.mp4")
     >>> write_video(path, np.zeros((2, 16, 16, 3), np.uint8), rate=2, codec="libx264")
     >>> with open(path, "rb") as handle:
-    ...     track_matrix(handle.fileno(), track_id=1)
+    ...     track_matrix(handle, track_id=1)
     (65536, 0, 0, 65536)
 """
 
 from __future__ import annotations
 
-import os
+from typing import BinaryIO
 
 #: Boxes looked at, at most, on one level (a file with more is not searched further).
 MAX_BOXES = 4096
@@ -26,31 +28,42 @@ _HEADER = 8
 _CONTAINERS = (b"moov", b"trak")
 
 
-def track_matrix(fd: int, *, track_id: int) -> tuple[int, int, int, int] | None:
+def track_matrix(handle: BinaryIO, *, track_id: int) -> tuple[int, int, int, int] | None:
     """The ``(a, b, c, d)`` entries (16.16 fixed point) of the display matrix of the track
-    numbered ``track_id`` in the ISO media file open at ``fd``, where a stored pixel ``(x, y)``
-    is shown at ``(a x + c y, b x + d y)`` (plus a translation); ``None`` where no such track
-    header is found."""
-    return _search(fd, 0, os.fstat(fd).st_size, track_id, depth=0)
+    numbered ``track_id`` in the ISO media file ``handle`` (a seekable binary file object, left at
+    the position it was at), where a stored pixel ``(x, y)`` is shown at ``(a x + c y, b x + d y)``
+    (plus a translation); ``None`` where no such track header is found."""
+    position = handle.tell()
+    try:
+        return _search(handle, 0, handle.seek(0, 2), track_id, depth=0)
+    finally:
+        handle.seek(position)
 
 
-def _search(fd: int, begin: int, end: int, track_id: int, *, depth: int) -> tuple[int, int, int, int] | None:
-    for kind, payload, stop in _boxes(fd, begin, end):
+def _read_at(handle: BinaryIO, offset: int, length: int) -> bytes:
+    handle.seek(offset)
+    return handle.read(length)
+
+
+def _search(
+    handle: BinaryIO, begin: int, end: int, track_id: int, *, depth: int
+) -> tuple[int, int, int, int] | None:
+    for kind, payload, stop in _boxes(handle, begin, end):
         if kind in _CONTAINERS[depth : depth + 1]:
-            found = _search(fd, payload, stop, track_id, depth=depth + 1)
+            found = _search(handle, payload, stop, track_id, depth=depth + 1)
             if found is not None or kind == b"moov":
                 return found
         elif kind == b"tkhd" and depth == 2:
-            return _tkhd_matrix(os.pread(fd, 88, payload), track_id)
+            return _tkhd_matrix(_read_at(handle, payload, 88), track_id)
     return None
 
 
-def _boxes(fd: int, begin: int, end: int) -> list[tuple[bytes, int, int]]:
+def _boxes(handle: BinaryIO, begin: int, end: int) -> list[tuple[bytes, int, int]]:
     """``(type, payload offset, end offset)`` of the boxes between ``begin`` and ``end``."""
     found: list[tuple[bytes, int, int]] = []
     at = begin
     while at + _HEADER <= end and len(found) < MAX_BOXES:
-        head = os.pread(fd, 16, at)
+        head = _read_at(handle, at, 16)
         if len(head) < _HEADER:
             break
         size, kind, payload = int.from_bytes(head[:4], "big"), head[4:8], at + _HEADER

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+from typing import BinaryIO
 
 from torchloom.errors import DecodeError
 from torchloom.io.files import Inside, read_range
@@ -55,16 +56,18 @@ _Element = tuple[int, int, int | None]
 
 
 def projection_matrix(
-    path: str | os.PathLike[str], *, inside: Inside = None
+    path: str | os.PathLike[str], *, inside: Inside = None, handle: BinaryIO | None = None
 ) -> tuple[int, int, int, int] | None:
     """The ``(a, b, c, d)`` entries (16.16 fixed point, as :func:`pose_matrix`) of the display
     matrix FFmpeg's demuxer builds from the projection pose of the first video track of the
     Matroska or WebM file ``path``; ``None`` where it builds none (no projection, a pose of zeros,
     a 360° or 3-D pose).
 
-    ``inside``: a real folder the file must resolve into (checked at every read).
+    ``inside``: a real folder the file must resolve into (checked at every read). ``handle``: the
+    file already open (a container's), read through instead, its position kept: an object's first
+    block, held since the container's open, then costs no GET.
     """
-    reader = _Reader(path, inside)
+    reader = _Reader(path, inside, handle)
     tracks = _tracks(reader)
     if tracks is None:
         return None
@@ -99,14 +102,24 @@ def pose_matrix(*, yaw: float, pitch: float, roll: float) -> tuple[int, int, int
 class _Reader:
     """Bounded reads of one file: the first :data:`FIRST_READ` bytes once, the rest on demand."""
 
-    def __init__(self, path: str | os.PathLike[str], inside: Inside) -> None:
-        self.path, self.inside = path, inside
-        self.first = read_range(path, 0, FIRST_READ, inside=inside)
+    def __init__(self, path: str | os.PathLike[str], inside: Inside, handle: BinaryIO | None) -> None:
+        self.path, self.inside, self.handle = path, inside, handle
+        self.first = self._read(0, FIRST_READ)
 
     def read(self, offset: int, length: int) -> bytes:
         if offset + length <= len(self.first) or len(self.first) < FIRST_READ:
             return self.first[offset : offset + length]
-        return read_range(self.path, offset, length, inside=self.inside)
+        return self._read(offset, length)
+
+    def _read(self, offset: int, length: int) -> bytes:
+        if self.handle is None:
+            return read_range(self.path, offset, length, inside=self.inside)
+        position = self.handle.tell()
+        try:
+            self.handle.seek(offset)
+            return self.handle.read(length)
+        finally:
+            self.handle.seek(position)
 
 
 def _tracks(reader: _Reader) -> bytes | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -141,22 +141,22 @@ def shown_orientation(
     path: str | os.PathLike[str],
     container: InputContainer,
     stream: VideoStream,
-    fd: int,
+    handle: BinaryIO,
     frame: VideoFrame,
     *,
     inside: Inside = None,
 ) -> DisplayOrientation:
     """How ``stream``'s frames are shown: an MP4's or QuickTime's whole display matrix from its
-    track header (``fd`` the open file), a Matroska's or WebM's from its first video track's
-    projection pose (read from ``path``, confined to ``inside``), mirroring included; else the
-    rotation ``frame``, one of its decoded frames, carries; a :class:`DecodeError` for a turn no
-    index operation shows."""
+    track header, a Matroska's or WebM's from its first video track's projection pose (both read
+    through ``handle``, the file the container reads, its position kept: an object's header blocks
+    are still held from the open), mirroring included; else the rotation ``frame``, one of its
+    decoded frames, carries; a :class:`DecodeError` for a turn no index operation shows."""
     matrix = None
     formats = container.format.name.split(",")
     if _ISO_MEDIA.intersection(formats):
-        matrix = track_matrix(fd, track_id=stream.id)
+        matrix = track_matrix(handle, track_id=stream.id)
     elif _MATROSKA in formats:
-        matrix = projection_matrix(path, inside=inside)
+        matrix = projection_matrix(path, inside=inside, handle=handle)
     orientation = orientation_of_matrix(*matrix) if matrix else frame_orientation(frame)
     if orientation is None:
         turn = f"the matrix {matrix}" if matrix else f"a turn of {frame.rotation} degrees"
