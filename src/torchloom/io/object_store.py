@@ -44,6 +44,7 @@ from torchloom.io.store_requests import (
     Fetched,
     StoreStats,
     classify,
+    past_end_size,
     s3_get,
 )
 
@@ -342,8 +343,8 @@ class ObjectStore:
                 return await request()
             except Exception as exc:
                 category, why = classify(exc)
-                if category == PAST_END:
-                    return Fetched(b"")  # type: ignore[return-value]  # a range past the end: nothing
+                if category == PAST_END:  # a range past the end: nothing, and the size if named
+                    return Fetched(b"", size=past_end_size(exc))  # type: ignore[return-value]
                 if category == NOT_MODIFIED:
                     return Fetched(b"", not_modified=True)  # type: ignore[return-value]
                 if category == TRANSIENT and attempt < self.retries:

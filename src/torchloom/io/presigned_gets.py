@@ -43,14 +43,16 @@ class StoreResponseError(OSError):
 
     Example:
         >>> StoreResponseError("s3://b/k", 404, "NoSuchKey").response["ResponseMetadata"]
-        {'HTTPStatusCode': 404}
+        {'HTTPStatusCode': 404, 'HTTPHeaders': {}}
     """
 
-    def __init__(self, url: str, status: int, code: str | None) -> None:
+    def __init__(
+        self, url: str, status: int, code: str | None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(f"HTTP {status}{' ' + code if code else ''} for {url!r}")
         self.response = {
             "Error": {"Code": code or str(status)},
-            "ResponseMetadata": {"HTTPStatusCode": status},
+            "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": dict(headers or {})},
         }
 
 
@@ -120,7 +122,8 @@ class PresignedGets:
                 body = await response.content.read(_ERROR_BODY_BYTES)
                 found = _ERROR_CODE.search(body)
                 code = found.group(1).decode("ascii", "replace") if found else None
-                raise StoreResponseError(url, status, code)
+                kept = {"content-range": response.headers.get("Content-Range", "")}
+                raise StoreResponseError(url, status, code, kept)
             data = await response.read()
             etag = response.headers.get("ETag")
             content_range = response.headers.get("Content-Range")

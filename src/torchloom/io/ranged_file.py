@@ -30,6 +30,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from torchloom.errors import ObjectChangedError
 from torchloom.io.store_requests import Fetched
 
 if TYPE_CHECKING:  # the root's own module opens objects as RangedFile
@@ -135,9 +136,11 @@ class RangedFile(io.RawIOBase):
         return True
 
     def tell(self) -> int:
+        self._checkClosed()
         return self._position
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._checkClosed()
         base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position}.get(whence)
         if base is None:
             if whence != os.SEEK_END:
@@ -149,6 +152,7 @@ class RangedFile(io.RawIOBase):
         return self._position
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        self._checkClosed()
         end = self._position + len(buffer)
         if self._size is not None:
             end = min(end, self._size)
@@ -182,8 +186,14 @@ class RangedFile(io.RawIOBase):
         if self._size is not None:
             end = min(end, self._size)
         fetched = fetch_range(self.root, self.url, start, end)
+        if not fetched.data and self._size is not None and start < self._size:
+            raise ObjectChangedError(
+                self.url, f"it was {self._size:,} bytes and now ends before byte {start:,} (rewritten)"
+            )
         if fetched.size is not None:
             self._size = fetched.size
+        elif not fetched.data:  # past the end, and the store named no size: ask it
+            self._size = self.root.info(self.url).size
         elif len(fetched.data) < end - start:  # a store that names no size: the end was reached
             self._size = start + len(fetched.data)
         kept = [block for block in self._blocks if len(block[1]) <= BLOCK_BYTES][-KEPT_BLOCKS:]

@@ -191,6 +191,23 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return OTHER, type(exc).__name__
 
 
+def past_end_size(exc: BaseException) -> int | None:
+    """The object's size a ``416`` names (``Content-Range: bytes */N``), if it does.
+
+    Example:
+        >>> past_end_size(ValueError("no response")) is None
+        True
+    """
+    for error in _chain(exc):
+        response = getattr(error, "response", None)
+        metadata = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+        headers = metadata.get("HTTPHeaders", {})
+        found = re.match(r"bytes \*/(\d+)", str(headers.get("content-range", "")))
+        if found is not None:
+            return int(found.group(1))
+    return None
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and the errors it was raised from, at most 8 deep."""
     chain: list[BaseException] = []
