@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from torchloom.datasets.index import StringColumn
+from torchloom.datasets.url_keys import resolve_key, url_keys
 from torchloom.errors import ConfigError, ManifestError, PathOutsideRootError
 from torchloom.io.files import is_url, lies_inside
-from torchloom.io.object_urls import join_url, normal_url, outside_reason
 from torchloom.io.table import as_id_array
 
 NanPolicy = Literal["raise", "drop", "mean", "keep"] | float
@@ -132,38 +132,8 @@ class Image:
         return CompiledField(self.name, StringColumn.from_strings(resolved), invalid)
 
     def _compile_keys(self, raw: pa.ChunkedArray, context: FieldContext) -> CompiledField:
-        """The column below a root URL, checked and joined by Arrow: a million keys cost a second
-        at most. Only keys Arrow cannot judge alone (a URL, a ``%``) go through
-        :func:`_resolve_key` one by one; the first row refused is the one named."""
-        values = raw.combine_chunks() if raw.num_chunks else pa.array([], pa.string())
-        empty = pc.fill_null(pc.equal(values, ""), True)
-        filled = pc.fill_null(values, "")
-        special = pc.fill_null(pc.match_substring_regex(filled, _NEEDS_A_CLOSER_LOOK), False)
-        joined = pc.binary_join_element_wise(pa.scalar(context.root + "/"), filled, "")
-        refused: list[tuple[int, PathOutsideRootError]] = []
-        if not context.allow_outside_root:
-            plain_bad = pc.and_(pc.match_substring_regex(filled, _PLAINLY_OUTSIDE), pc.invert(special))
-            bad_rows = np.flatnonzero(pc.and_(plain_bad, pc.invert(empty)).to_numpy(zero_copy_only=False))
-            if len(bad_rows):
-                first = int(bad_rows[0])
-                refused.append((first, _refusal(first, filled[first].as_py(), context)))
-        special_rows = np.flatnonzero(pc.and_(special, pc.invert(empty)).to_numpy(zero_copy_only=False))
-        replacements: list[str] = []
-        for row in special_rows:
-            try:
-                replacements.append(_resolve_key(int(row), filled[int(row)].as_py(), context))
-            except PathOutsideRootError as exc:
-                refused.append((int(row), exc))
-                break
-        if refused:
-            raise min(refused, key=lambda pair: pair[0])[1]
-        if len(special_rows):
-            mask = np.zeros(len(values), dtype=bool)
-            mask[special_rows] = True
-            joined = pc.replace_with_mask(joined, pa.array(mask), pa.array(replacements, pa.string()))
-        empty_rows = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
-        if len(empty_rows):
-            joined = pc.if_else(empty, pa.scalar(""), joined)
+        """The column below a root URL, checked and joined by Arrow (see :func:`url_keys`)."""
+        joined, empty_rows = url_keys(raw, context.root, allow_outside_root=context.allow_outside_root)
         invalid = {int(row): f"column {self.column!r} is empty" for row in empty_rows}
         return CompiledField(self.name, StringColumn.from_arrow(joined), invalid)
 
@@ -171,7 +141,7 @@ class Image:
         """The path of ``value`` (relative to the root, or absolute inside it), refused when it
         leads outside the root; keys below a root URL are joined to it."""
         if is_url(context.root):
-            return _resolve_key(row, value, context)
+            return resolve_key(row, value, context.root, allow_outside_root=context.allow_outside_root)
         if is_url(value):
             if context.allow_outside_root:
                 return value
@@ -192,29 +162,6 @@ class Image:
         elif not plainly_inside:
             raise PathOutsideRootError(row, value, context.root, "is absolute")
         return joined
-
-
-# Keys Arrow leaves to _resolve_key: a whole URL, or a percent-encoded part (it may hide '..').
-_NEEDS_A_CLOSER_LOOK = r"^[A-Za-z][A-Za-z0-9+.-]*://|%"
-# Plain keys outside the root: a '.' or '..' segment, an empty segment, a leading '/', a
-# backslash, a version ('?versionId='), as object_urls words them.
-_PLAINLY_OUTSIDE = r"(^|/)\.\.?(/|$)|//|^/|\\|\?versionId="
-
-
-def _refusal(row: int, value: str, context: FieldContext) -> PathOutsideRootError:
-    """The error naming why row ``row``'s key ``value`` leads outside the root URL."""
-    why = outside_reason(value, context.root) or "leads outside the root"
-    return PathOutsideRootError(row, value, context.root, why)
-
-
-def _resolve_key(row: int, value: str, context: FieldContext) -> str:
-    """The URL of ``value`` (a key relative to the root URL, or a URL inside it), refused when it
-    leads outside the root (:mod:`torchloom.io.object_urls` says how a key can)."""
-    if not context.allow_outside_root:
-        why = outside_reason(value, context.root)
-        if why is not None:
-            raise PathOutsideRootError(row, value, context.root, why)
-    return normal_url(value) if is_url(value) else join_url(context.root, value)
 
 
 def _real_path(path: str, real_folders: dict[str, str]) -> str:
