@@ -19,6 +19,7 @@ from torchloom import FolderDataset
 from torchloom.cache import CacheSpaceError, DecodedCache
 from torchloom.cache import build as build_module
 from torchloom.cache import memory as memory_module
+from torchloom.cache.storage import read_meta, write_meta
 from torchloom.testing import write_class_folders
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -236,8 +237,14 @@ def test_a_sweep_shares_one_copy_and_a_changed_source_gets_a_new_one(
 ) -> None:
     dataset = FolderDataset(folders, progress=False)
     first = open_cache(dataset, tmp_path / "cache")
-    elsewhere = open_cache(dataset, tmp_path / "elsewhere")  # another path, the same content
-    assert elsewhere.report.built and not elsewhere.report.copied and elsewhere._folder == first._folder
+    copied = os.stat(first._folder).st_ino
+    # Another path, the same content: another build, whose metadata differs (its id, its date)
+    DecodedCache(dataset, tmp_path / "elsewhere", progress=False).close()
+    meta = read_meta(str(tmp_path / "elsewhere"))
+    write_meta(str(tmp_path / "elsewhere"), {**meta, "created": meta["created"] + " (a longer date)"})
+    elsewhere = open_cache(dataset, tmp_path / "elsewhere")
+    assert not elsewhere.report.copied and elsewhere._folder == first._folder
+    assert os.stat(first._folder).st_ino == copied  # mapped as it is, not copied again
     changed = sorted(folders.rglob("*.jpg"))[3]
     changed.write_bytes(changed.read_bytes() + b"\0")  # a changed source
     with pytest.warns(UserWarning, match="1 file changed since the cache was built"):

@@ -72,6 +72,17 @@ class SharedCopy:
     Attributes:
         folder: the copy's folder.
         made: whether this process made the copy (``False``: it maps another process's).
+
+    Example:
+        >>> import os, tempfile
+        >>> source, shm = tempfile.mkdtemp(), tempfile.mkdtemp()
+        >>> _ = open(os.path.join(source, "images.npy"), "wb").write(bytes(64))
+        >>> first = SharedCopy(source, ["images.npy"], "0a1b2c", root=shm)
+        >>> second = SharedCopy(source, ["images.npy"], "0a1b2c", root=shm)
+        >>> first.made, second.made, first.folder == second.folder
+        (True, False, True)
+        >>> first.close(); second.close(); os.listdir(shm)  # the last to close removed it
+        []
     """
 
     def __init__(
@@ -96,7 +107,7 @@ class SharedCopy:
             namespace = _pid_namespace()
             if namespace is not None:
                 remove_legacy_orphans(root, namespace)
-            exists = _complete(self.folder, source, files)
+            exists = _complete(self.folder, files)
             need = 0 if exists else self.nbytes
             spare = max(SPARE_BYTES, int(need * SPARE_FRACTION)) if need else 0
             free = shutil.disk_usage(root).free
@@ -135,7 +146,7 @@ class SharedCopy:
 
     def _copy(self, source: str, files: Sequence[str], root: str) -> None:
         """Copy into a partial folder, renamed onto the copy's name once complete."""
-        shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete copy (files removed by hand)
+        shutil.rmtree(self.folder, ignore_errors=True)  # files removed by hand: copied again
         partial = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + PARTIAL_INFIX, dir=root)
         try:
             for file in files:
@@ -178,15 +189,10 @@ def _release(root: str, folder: str, descriptor: int, owner_pid: int, remove: bo
                 os.utime(folder)
 
 
-def _complete(folder: str, source: str, files: Sequence[str]) -> bool:
-    """Whether ``folder`` holds every file of ``source`` in ``files``, of the same size."""
-    try:
-        return all(
-            os.path.getsize(os.path.join(folder, name)) == os.path.getsize(os.path.join(source, name))
-            for name in files
-        )
-    except OSError:
-        return False
+def _complete(folder: str, files: Sequence[str]) -> bool:
+    """Whether ``folder`` holds every file in ``files`` (a copy is renamed into place complete; its
+    ``meta.json`` may differ in size from another build's of the same content: its id and date)."""
+    return all(os.path.isfile(os.path.join(folder, name)) for name in files)
 
 
 def _pid_namespace() -> int | None:

@@ -46,7 +46,13 @@ def copy_name(key: str) -> str:
 
 @contextmanager
 def node_lock(root: str) -> Iterator[None]:
-    """Hold the exclusive lock of shared memory at ``root`` (every torchloom process on the node)."""
+    """Hold the exclusive lock of shared memory at ``root`` (every torchloom process on the node).
+
+    Example:
+        >>> import tempfile
+        >>> with node_lock(tempfile.mkdtemp()):
+        ...     pass  # copies made, evicted or removed here, one process at a time
+    """
     descriptor = os.open(root, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         if fcntl is not None:
@@ -57,7 +63,18 @@ def node_lock(root: str) -> Iterator[None]:
 
 
 def hold_copy(folder: str) -> int:
-    """Mark ``folder`` as used by this process until the returned descriptor is closed."""
+    """Mark ``folder`` as used by this process until the returned descriptor is closed.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> held = hold_copy(folder)
+        >>> in_use(folder)
+        True
+        >>> os.close(held)
+        >>> in_use(folder)
+        False
+    """
     descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     if fcntl is not None:
         fcntl.flock(descriptor, fcntl.LOCK_SH)
@@ -65,7 +82,13 @@ def hold_copy(folder: str) -> int:
 
 
 def in_use(folder: str) -> bool:
-    """Whether a process (this one included) holds ``folder``; call it under the node lock."""
+    """Whether a process (this one included) holds ``folder``; call it under the node lock.
+
+    Example:
+        >>> import tempfile
+        >>> in_use(tempfile.mkdtemp())
+        False
+    """
     try:
         descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -84,7 +107,12 @@ def in_use(folder: str) -> bool:
 
 @dataclass(frozen=True)
 class NodeCopy:
-    """One complete copy in shared memory: its folder, bytes, last use (mtime, ns) and whether used."""
+    """One complete copy in shared memory: its folder, bytes, last use (mtime, ns) and whether used.
+
+    Example:
+        >>> NodeCopy("/dev/shm/torchloom-cache-0a1b-1000", nbytes=4096, last_used_ns=0, used=False).nbytes
+        4096
+    """
 
     folder: str
     nbytes: int
@@ -118,7 +146,14 @@ def node_copies(root: str) -> list[NodeCopy]:
 def evict(copies: list[NodeCopy], *, keep: str, budget: int | None, need: int, free: int) -> list[NodeCopy]:
     """Remove unused copies other than ``keep``, least recently used first: all of them when
     ``budget`` is ``None`` (nothing is kept), else until ``need`` more bytes fit in the budget and in
-    the ``free`` bytes of shared memory. Returns the copies left."""
+    the ``free`` bytes of shared memory. Returns the copies left.
+
+    Example:
+        >>> import tempfile
+        >>> old, new = (NodeCopy(tempfile.mkdtemp(), 100, stamp, False) for stamp in (1, 2))
+        >>> evict([old, new], keep="", budget=250, need=100, free=1000) == [new]
+        True
+    """
     total = sum(copy.nbytes for copy in copies)
     freed = 0
     left = []
@@ -133,7 +168,14 @@ def evict(copies: list[NodeCopy], *, keep: str, budget: int | None, need: int, f
 
 
 def remove_if_unused(folder: str) -> bool:
-    """Remove ``folder`` when no process holds it (under the node lock); whether it was removed."""
+    """Remove ``folder`` when no process holds it (under the node lock); whether it was removed.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> remove_if_unused(folder), os.path.exists(folder)
+        (True, False)
+    """
     if in_use(folder):
         return False
     shutil.rmtree(folder, ignore_errors=True)
@@ -142,7 +184,12 @@ def remove_if_unused(folder: str) -> bool:
 
 def remove_legacy_orphans(root: str, namespace: int) -> None:
     """Remove per-process copies (``torchloom-cache-<id>-<pid namespace>-<pid>-<hex>``, as made
-    before copies were shared) whose creator in this pid namespace no longer runs."""
+    before copies were shared) whose creator in this pid namespace no longer runs.
+
+    Example:
+        >>> import tempfile
+        >>> remove_legacy_orphans(tempfile.mkdtemp(), namespace=1)  # nothing there to remove
+    """
     for entry in os.scandir(root):
         parts = entry.name[len(SHM_PREFIX) :].split("-")
         if not entry.name.startswith(SHM_PREFIX) or len(parts) != 4 or parts[1] != str(namespace):
