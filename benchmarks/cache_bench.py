@@ -11,15 +11,18 @@ Both run one shuffled epoch of decode (or cache read) -> RandomResizedCrop 224 -
   number of threads), whose batches skip the hand-off between processes.
 
 The build (decoding every file once) is timed apart: it is paid once, not per epoch.
-Also measured: PSS of 2 workers reading a ``location="memory"`` cache, to show its bytes are
-counted once across the processes, not once per worker.
+Also measured: PSS of 2 workers reading a ``location="memory"`` cache, and of 2 local ranks
+(processes that each open it, as under torchrun) reading it, to show its bytes are counted once
+across the processes, not once per worker or per rank.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from torch.utils.data import DataLoader
 
@@ -97,3 +100,35 @@ def shared_memory_pss(root: str, cache_path: str) -> tuple[float, float]:
         with open(os.path.join(cache_path + ".pss", f"{worker}")) as handle:
             growth.append(float(handle.read()))
     return cache.nbytes / 2**20, sum(growth)
+
+
+def _rank_reads(root: str, cache_path: str, barrier: Any, results: Any) -> None:
+    dataset = FolderDataset(root, progress=False)
+    with DecodedCache(dataset, cache_path, progress=False) as warm:  # code and heap of reading, first
+        warm[0]
+    barrier.wait()
+    before = smaps_kib()[0]
+    cache = DecodedCache(dataset, cache_path, location="memory", progress=False)
+    for index in range(len(cache)):
+        cache[index]
+    barrier.wait()  # every rank maps the copy before any measures
+    grown = (smaps_kib()[0] - before) * 1024
+    barrier.wait()
+    results.put((grown, cache.nbytes))
+
+
+def ranks_pss_ratio(root: str, cache_path: str, ranks: int = 2) -> float:
+    """PSS growth summed over ``ranks`` processes that each open the ``location="memory"`` cache and
+    read all of it, over the cache's bytes (1.0: one copy on the node; ``ranks``: one per rank)."""
+    DecodedCache(FolderDataset(root, progress=False), cache_path, progress=False).close()
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(ranks), context.Queue()
+    processes = [
+        context.Process(target=_rank_reads, args=(root, cache_path, barrier, results)) for _ in range(ranks)
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join()
+    return sum(grown for grown, _ in outcomes) / outcomes[0][1]

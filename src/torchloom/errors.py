@@ -387,8 +387,8 @@ class NotACacheError(CacheError):
 
 
 class CacheSpaceError(CacheError):
-    """``location="memory"`` asked for more shared memory than is free; says both sizes.
-    Raised by :class:`~torchloom.DecodedCache` (``location="memory"``) when it builds."""
+    """``location="memory"`` asked for more shared memory than is free, or than ``memory_budget``
+    allows beside the copies in use; says both sizes. Raised by :class:`~torchloom.DecodedCache`."""
 
 
 class StateMismatchError(TorchloomError, ValueError):

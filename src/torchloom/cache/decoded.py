@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 from torchloom._buffers.slots import BatchSlots
 from torchloom.cache.atomic import cache_lock, new_staging_folder, replace_folder
 from torchloom.cache.build import build_cache
-from torchloom.cache.fingerprint import InputStats, settings_of
+from torchloom.cache.fingerprint import InputStats, content_key, settings_of
 from torchloom.cache.integrity import file_problem
 from torchloom.cache.memory import SharedCopy, format_bytes
 from torchloom.cache.opening import CacheProblem, inspect_cache, map_again
@@ -57,6 +57,9 @@ class CacheReport:
     layout: str
     shape: tuple[int, ...] | None
     skipped: list[Skipped] = field(default_factory=list)
+    #: With ``location="memory"``, whether this process copied the cache into shared memory (not
+    #: when it mapped the copy another process on the node made).
+    copied: bool = False
 
     def __str__(self) -> str:
         action = f"built ({self.reason})" if self.built else "reused"
@@ -94,12 +97,14 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
     rebuild it): a stale cache is rebuilt with a warning saying what changed (``rebuild=False``: a
     :class:`StaleCacheError`), a truncated or altered one likewise (:class:`CorruptCacheError`), and
     a folder that is not a torchloom cache is refused (:class:`NotACacheError`), never overwritten.
-    Builders in several processes wait for each other through ``<path>.lock``; the later ones use
-    the first one's cache. Samples ``dataset`` fails to decode under ``on_error="skip"`` are listed
-    in ``report`` and read as :class:`torchloom.Skipped` (or raise, under ``"raise"``).
+    Builders in several processes (the local ranks of a job, other jobs) wait for each other
+    through ``<path>.lock`` (``flock``: a builder killed mid-build releases it, and the next one
+    removes its partial folder and builds); the later ones use the first one's cache. Samples
+    ``dataset`` fails to decode under ``on_error="skip"`` are listed in ``report`` and read as
+    :class:`torchloom.Skipped` (or raise, under ``"raise"``).
 
     The cache pickles without its memory maps (DataLoader workers map the files again), and every
-    process maps the same pages: one copy in memory serves every worker.
+    process maps the same pages: one copy in memory serves every worker and every rank of the node.
 
     Args:
         dataset: a :class:`torchloom.FolderDataset` or :class:`torchloom.ManifestDataset` (what the
@@ -109,9 +114,16 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             manifest's ``Image`` field has another ``name=``).
         max_side: shrink images whose longer side is longer than this (e.g. 1080p sources
             trained at 224 px); ``None`` keeps them as decoded.
-        location: ``"disk"`` maps the folder's files; ``"memory"`` copies them into ``/dev/shm``
-            first (checked against its free space), removed when this object is closed or
-            garbage-collected, or the process exits: keep it open while loaders read it.
+        location: ``"disk"`` maps the folder's files; ``"memory"`` maps one copy of them in
+            ``/dev/shm`` that every process on the node opening a cache of the same content shares
+            (the first one copies, checking the free space; the others wait and map it), held until
+            this object is closed or garbage-collected, or the process exits: keep it open while
+            loaders read it.
+        memory_budget: with ``"memory"``, the most bytes this user's copies may take in
+            ``/dev/shm`` together: copies no process uses are kept up to it for the next job (the
+            next run of a sweep), the least recently used evicted first; ``None`` keeps none (the
+            last process to close a copy removes it, and what killed jobs left is removed when a
+            copy is next opened).
         rebuild: rebuild a stale or damaged cache (with a warning) instead of raising.
         verify: check every byte's checksum on open instead of sampled blocks.
         num_threads: threads that decode (default: one per core this process may use, at most
@@ -143,6 +155,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         fields: Sequence[str] = ("image",),
         max_side: int | None = None,
         location: Location = "disk",
+        memory_budget: int | None = None,
         rebuild: bool = True,
         verify: bool = False,
         num_threads: int | None = None,
@@ -156,6 +169,8 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         check_choice("location", location, LOCATIONS)
         if max_side is not None and (type(max_side) is not int or max_side < 1):
             raise ConfigError(f"max_side must be a positive int or None, got {max_side=}")
+        if memory_budget is not None and (type(memory_budget) is not int or memory_budget < 1):
+            raise ConfigError(f"memory_budget must be a positive int (bytes) or None, got {memory_budget=}")
         if num_threads is not None and num_threads < 1:
             raise ConfigError(f"num_threads must be >= 1 or None, got {num_threads=}")
         self.source = dataset
@@ -168,6 +183,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
                 "renamed onto; pass a folder inside it"
             )
         self.location = location
+        self.memory_budget = memory_budget
         self.max_side = max_side
         self.fields = (_image_field(dataset, fields),)
         self._settings = settings_of(self.fields[0], max_side, dataset.exif_orientation, dataset.max_pixels)
@@ -185,6 +201,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             layout=self.meta["layout"],
             shape=tuple(self.meta["shape"]) if self.meta["shape"] else None,
             skipped=[self._skipped(index, record) for index, record in sorted(self._failures.items())],
+            copied=self._shared is not None and self._shared.made,
         )
 
     # -- opening ---------------------------------------------------------------------------------
@@ -195,7 +212,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
         with cache_lock(self.path, exclusive=False):
             found = self._inspect(inputs, verify)
             if not isinstance(found, CacheProblem):
-                self._attach(*found)
+                self._attach(*found, inputs)
                 return False, None
         if found.kind != "missing" and not rebuild:
             raise found.error(self.path)
@@ -206,7 +223,7 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
                 raise CacheError(f"{found.message}, and it cannot be built: {exc}") from exc
             found = self._inspect(inputs, verify)  # another process may have built it meanwhile
             if not isinstance(found, CacheProblem):
-                self._attach(*found)
+                self._attach(*found, inputs)
                 return False, None
             if found.kind != "missing":
                 if not rebuild:
@@ -228,18 +245,24 @@ class DecodedCache(Dataset["dict[str, Any] | Skipped"], FetchesInto, FetchesBatc
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
-            self._attach(meta, ImageStore.open(self.path, meta))
+            self._attach(meta, ImageStore.open(self.path, meta), inputs)
         return True, found.message
 
     def _inspect(self, inputs: InputStats, full: bool) -> CacheProblem | tuple[dict[str, Any], ImageStore]:
         return inspect_cache(self.path, self._settings, inputs, root=self.source.root, full=full)
 
-    def _attach(self, meta: dict[str, Any], store: ImageStore) -> None:
-        """Start reading the cache described by ``meta`` (copied to shared memory first if asked)."""
+    def _attach(self, meta: dict[str, Any], store: ImageStore, inputs: InputStats) -> None:
+        """Start reading the cache described by ``meta`` (in the node's shared-memory copy if asked)."""
         self.meta = meta
         self._folder = self.path
         if self.location == "memory":
-            self._shared = SharedCopy(self.path, [*self._image_files, META_FILE], meta["build_id"])
+            images = {name: meta["files"][name] for name in self._image_files}
+            self._shared = SharedCopy(
+                self.path,
+                [*self._image_files, META_FILE],
+                content_key(self._settings, inputs, images),
+                budget=self.memory_budget,
+            )
             self._folder = self._shared.folder
             store = ImageStore.open(self._folder, meta)
         self._store: ImageStore | None = store

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -143,6 +144,26 @@ def settings_of(field: str, max_side: int | None, exif_orientation: bool, max_pi
         "exif_orientation": exif_orientation,
         "max_pixels": max_pixels,
     }
+
+
+def content_key(settings: dict[str, Any], inputs: InputStats, images: dict[str, Any]) -> str:
+    """A name for a cache's content: its settings, its inputs (paths, sizes, mtimes) and its image
+    files' sizes and checksums (``images``, their entries in the metadata). Two builds of the same
+    inputs with the same settings have the same key, whatever their path; any change, another.
+
+    Example:
+        >>> from torchloom.datasets.index import StringColumn
+        >>> inputs = InputStats.of(StringColumn.from_strings([]))
+        >>> len(content_key({"max_side": 64}, inputs, {})), content_key({}, inputs, {}) == content_key(
+        ...     {"max_side": 64}, inputs, {})
+        (24, False)
+    """
+    digest = hashlib.blake2b(digest_size=12)
+    entries = {name: [int(entry["size"]), int(entry["crc32"])] for name, entry in images.items()}
+    digest.update(json.dumps([settings, entries], sort_keys=True).encode())
+    for array in (inputs.paths.data, inputs.paths.offsets, inputs.sizes, inputs.mtimes):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
 
 
 def settings_changes(built: dict[str, Any], wanted: dict[str, Any]) -> str | None:

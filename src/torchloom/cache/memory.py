@@ -1,12 +1,20 @@
-"""``location="memory"``: a copy of a cache's files in ``/dev/shm`` that every worker maps.
+"""``location="memory"``: one copy of a cache's files in ``/dev/shm`` that every process on the node maps.
 
-The copy is made by the process that opens the cache, after checking that shared memory has room
-for it, under a name holding the cache's build id, the process's pid namespace and pid. DataLoader
-workers (forked or spawned) map the same files, so the pages are in memory once, counted once in
-PSS. Lifetime: the creating process removes the copy when its :class:`SharedCopy` is closed or
-garbage-collected, or at interpreter exit; workers never remove it. A copy left by a process that
-was killed (``SIGKILL`` runs no clean-up) is removed the next time a copy is made in the same pid
-namespace, once its process is gone.
+The copy is named by the cache's content key (the settings, the inputs' fingerprint and the
+images' checksums) and the user, never by a process: every local rank of a job, and every other job
+on the node opening a cache of the same content, maps the same files, so the pages are in memory
+once and counted once in PSS, divided among the processes. The first process copies them (into a
+``.partial-`` folder renamed onto the copy's name when complete) while the others wait on the node
+lock; a process killed while copying leaves a partial folder, which the next one removes before it
+copies again. DataLoader workers (forked or spawned) map the same files.
+
+Lifetime: each process using a copy holds a shared ``flock`` on it (see
+:mod:`torchloom.cache.node_copies`), dropped when its :class:`SharedCopy` is closed or
+garbage-collected, or the process exits, however (``SIGKILL`` included). With no ``budget``, the
+last process to close a copy removes it, and copies nobody uses (what killed jobs left) are removed
+the next time a copy is opened. With a ``budget`` (bytes), unused copies are kept for the next job
+(the next run of a sweep maps them without copying), the least recently used evicted first when a
+copy needs room; copies in use are never evicted.
 
 Example:
     >>> format_bytes(3 * 2**30), format_bytes(1536)
@@ -15,17 +23,27 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
-import uuid
+import tempfile
 import weakref
 from collections.abc import Sequence
 
+from torchloom.cache.node_copies import (
+    PARTIAL_INFIX,
+    copy_name,
+    evict,
+    hold_copy,
+    node_copies,
+    node_lock,
+    remove_if_unused,
+    remove_legacy_orphans,
+)
 from torchloom.errors import CacheSpaceError
 
 SHM_ROOT = "/dev/shm"
-SHM_PREFIX = "torchloom-cache-"
 #: Shared memory left free beyond the copy: at least this many bytes, or this share of the copy.
 SPARE_BYTES = 64 << 20
 SPARE_FRACTION = 0.05
@@ -41,70 +59,140 @@ def format_bytes(count: float) -> str:
 
 
 class SharedCopy:
-    """The files of a cache folder copied into shared memory; removed by the process that made it.
+    """The node's copy in shared memory of a cache folder's files, made by the first process to ask.
 
     Args:
         source: the cache folder on disk.
-        files: the names of the files to copy (``meta.json`` last, so a copy with it is complete).
-        build_id: the cache's build id (part of the copy's name).
+        files: the names of the files to copy.
+        key: the cache's content key (the copy's name).
+        budget: the most bytes this user's copies may take in shared memory together (unused ones
+            are kept up to it); ``None``: nothing is kept once unused.
         root: where shared memory is mounted (default ``SHM_ROOT``).
+
+    Attributes:
+        folder: the copy's folder.
+        made: whether this process made the copy (``False``: it maps another process's).
+
+    Example:
+        >>> import os, tempfile
+        >>> source, shm = tempfile.mkdtemp(), tempfile.mkdtemp()
+        >>> _ = open(os.path.join(source, "images.npy"), "wb").write(bytes(64))
+        >>> first = SharedCopy(source, ["images.npy"], "0a1b2c", root=shm)
+        >>> second = SharedCopy(source, ["images.npy"], "0a1b2c", root=shm)
+        >>> first.made, second.made, first.folder == second.folder
+        (True, False, True)
+        >>> first.close(); second.close(); os.listdir(shm)  # the last to close removed it
+        []
     """
 
-    def __init__(self, source: str, files: Sequence[str], build_id: str, *, root: str | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        files: Sequence[str],
+        key: str,
+        *,
+        budget: int | None = None,
+        root: str | None = None,
+    ) -> None:
         root = root or SHM_ROOT
         if not os.path.isdir(root):
             raise CacheSpaceError(
                 f"location='memory' needs shared memory mounted at {root!r}, which this system lacks; "
                 "use location='disk' (workers still share its pages through the page cache)"
             )
-        need = sum(os.path.getsize(os.path.join(source, name)) for name in files)
-        spare = max(SPARE_BYTES, int(need * SPARE_FRACTION))
-        free = shutil.disk_usage(root).free
-        if need + spare > free:
+        self.folder = os.path.join(root, copy_name(key))
+        self.nbytes = sum(os.path.getsize(os.path.join(source, name)) for name in files)
+        self.made = False
+        with node_lock(root):
+            namespace = _pid_namespace()
+            if namespace is not None:
+                remove_legacy_orphans(root, namespace)
+            exists = _complete(self.folder, files)
+            need = 0 if exists else self.nbytes
+            spare = max(SPARE_BYTES, int(need * SPARE_FRACTION)) if need else 0
+            free = shutil.disk_usage(root).free
+            copies = node_copies(root)
+            kept = evict(copies, keep=self.folder, budget=budget, need=need, free=free - spare)
+            if not exists:
+                freed = sum(copy.nbytes for copy in copies) - sum(copy.nbytes for copy in kept)
+                held = sum(copy.nbytes for copy in kept)
+                self._check_room(source, root, budget, held, free + freed, spare)
+                self._copy(source, files, root)
+                self.made = True
+            descriptor = hold_copy(self.folder)
+            os.utime(self.folder)  # the last use, which eviction goes by
+        self._finalizer = weakref.finalize(
+            self, _release, root, self.folder, descriptor, os.getpid(), budget is None
+        )
+
+    def _check_room(
+        self, source: str, root: str, budget: int | None, held: int, free: int, spare: int
+    ) -> None:
+        """Refuse a copy over the budget (``held``: bytes of the copies kept) or the free space."""
+        if budget is not None and held + self.nbytes > budget:
             raise CacheSpaceError(
-                f"location='memory' needs {format_bytes(need)} in {root} for cache {source!r} (plus "
+                f"location='memory' needs {format_bytes(self.nbytes)} in {root} for cache {source!r}, "
+                f"but this user's copies in use there already hold {format_bytes(held)} of the "
+                f"memory_budget of {format_bytes(budget)}; raise memory_budget, close caches other "
+                "jobs keep open, or use location='disk'"
+            )
+        if self.nbytes + spare > free:
+            raise CacheSpaceError(
+                f"location='memory' needs {format_bytes(self.nbytes)} in {root} for cache {source!r} (plus "
                 f"{format_bytes(spare)} kept spare), but only {format_bytes(free)} is free; use "
                 "location='disk' (workers still share its pages through the page cache), a smaller "
                 "max_side, or more shared memory (e.g. docker run --shm-size)"
             )
-        namespace = _pid_namespace()
-        if namespace is not None:
-            _remove_orphans(root, namespace)
-        name = f"{SHM_PREFIX}{build_id[:12]}-{namespace or 0}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.folder = os.path.join(root, name)
-        self.nbytes = need
-        os.mkdir(self.folder, 0o700)
-        self._finalizer = weakref.finalize(self, _remove, self.folder, os.getpid())
+
+    def _copy(self, source: str, files: Sequence[str], root: str) -> None:
+        """Copy into a partial folder, renamed onto the copy's name once complete."""
+        shutil.rmtree(self.folder, ignore_errors=True)  # files removed by hand: copied again
+        partial = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + PARTIAL_INFIX, dir=root)
         try:
             for file in files:
-                shutil.copyfile(os.path.join(source, file), os.path.join(self.folder, file))
+                shutil.copyfile(os.path.join(source, file), os.path.join(partial, file))
+            os.rename(partial, self.folder)
         except OSError as exc:
-            self._finalizer()
+            shutil.rmtree(partial, ignore_errors=True)
             if exc.errno != errno.ENOSPC:
                 raise
-            # Another process (a DDP rank on this node) filled it since the check above.
+            # Something other than torchloom (or another user) filled it since the check above.
             raise CacheSpaceError(
-                f"shared memory in {root} filled up while cache {source!r} ({format_bytes(need)}) was "
-                "copied there (another process opening a cache in memory at the same time?); each "
-                "process opening a cache with location='memory' makes its own copy: open it in one "
-                "process per node, or use location='disk' (its pages are shared through the page cache)"
+                f"shared memory in {root} filled up while cache {source!r} ({format_bytes(self.nbytes)}) "
+                "was copied there; free some, or use location='disk' (its pages are shared through "
+                "the page cache)"
             ) from exc
         except BaseException:
-            self._finalizer()
+            shutil.rmtree(partial, ignore_errors=True)
             raise
 
     def close(self) -> None:
-        """Remove the copy now (processes that mapped it keep reading their mapping)."""
+        """Stop using the copy (processes that mapped it keep reading their mapping); without a
+        budget, the last process to close it removes it."""
         self._finalizer()
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
         return not self._finalizer.alive
 
 
-def _remove(folder: str, owner_pid: int) -> None:
-    if os.getpid() == owner_pid:  # a forked worker inherits the finalizer but does not own the copy
-        shutil.rmtree(folder, ignore_errors=True)
+def _release(root: str, folder: str, descriptor: int, owner_pid: int, remove: bool) -> None:
+    if os.getpid() != owner_pid:  # a forked worker inherits the finalizer but does not own the hold
+        return
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError):  # shared memory unmounted: release the hold anyway
+            stack.enter_context(node_lock(root))
+        os.close(descriptor)
+        with contextlib.suppress(OSError):  # the copy removed by hand: nothing left to stamp
+            if not (remove and remove_if_unused(folder)):
+                os.utime(folder)
+
+
+def _complete(folder: str, files: Sequence[str]) -> bool:
+    """Whether ``folder`` holds every file in ``files`` (a copy is renamed into place complete; its
+    ``meta.json`` may differ in size from another build's of the same content: its id and date)."""
+    return all(os.path.isfile(os.path.join(folder, name)) for name in files)
 
 
 def _pid_namespace() -> int | None:
@@ -113,17 +201,3 @@ def _pid_namespace() -> int | None:
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None
-
-
-def _remove_orphans(root: str, namespace: int) -> None:
-    """Remove copies whose creator (in this pid namespace) no longer runs."""
-    for entry in os.scandir(root):
-        parts = entry.name[len(SHM_PREFIX) :].split("-")
-        if not entry.name.startswith(SHM_PREFIX) or len(parts) != 4 or parts[1] != str(namespace):
-            continue
-        try:
-            os.kill(int(parts[2]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        except (OSError, ValueError):  # alive under another user, or not our name
-            continue

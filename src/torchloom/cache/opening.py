@@ -89,7 +89,9 @@ def map_again(path: str, folder: str, build_id: str, image_files: list[str]) -> 
                 "exits: keep it open while loaders read it"
             )
         meta = read_meta(folder)
-        if meta["build_id"] != build_id:
+        # A shared-memory copy is named by its content (another build of the same content may have
+        # made it): only the folder at the cache's path can have been rebuilt since.
+        if folder == path and meta["build_id"] != build_id:
             raise StaleCacheError(
                 f"cache {path!r} was rebuilt since this DecodedCache opened it; open it again"
             )
