@@ -219,7 +219,7 @@ def test_the_reference_index_gives_each_module_its_whole_first_sentence() -> Non
     )
     assert api_pages.first_sentence("Draw, e.g. a crop. Then more.") == "Draw, e.g. a crop."
     text = api_pages.index_text(["torchloom.resume"])
-    assert "the rank and world of the reading process, consumer streams." in text
+    assert "the reading process, consumer streams, and :func:`check_resume`, which proves" in text
 
 
 def test_a_reference_page_lists_datasets_first_and_protocols_after_classes(built_docs: Path) -> None:
