@@ -33,9 +33,11 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -n -E -q -b html docs docs/_build/html
 
-# tests/test_docs.py checks the build just made instead of making its own.
+# tests/test_docs.py checks the build just made instead of making its own. Two pytest-xdist
+# workers: much of the suite waits (subprocess ranks, the S3 server, its proxy's latency), so two
+# halve the wall time on CI's 2 cores (each worker starts its own S3 server).
 test: lint docs
-	TORCHLOOM_DOCS_HTML=docs/_build/html $(VENV)/bin/pytest -q
+	TORCHLOOM_DOCS_HTML=docs/_build/html $(VENV)/bin/pytest -q -n 2
 
 # LitData pulls torchvision (only a CUDA build works here) and downgrades python-dateutil, so it
 # lives in a venv of its own that benchmarks/peers_bench.py calls by subprocess.
