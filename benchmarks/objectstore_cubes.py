@@ -2,7 +2,8 @@
 ranges, against downloading the cube for each sample (what a dataset without ranged reads does).
 
 One cube (1,000 x 1,000 pixels x 200 bands of int16, band-interleaved by pixel: 400 MB) on the
-tests' SeaweedFS server, read through their proxy adding 20 ms per request. torchloom's
+tests' SeaweedFS server, read through their proxy adding 20 ms per request (in a process of its
+own, as in the object-store section). torchloom's
 ``HyperspectralDataset`` on the cube's URL reads each patch as the 9 byte runs its rows cover, at
 the same time; the naive sample GETs the whole object and slices it. Both give the same patches
 (checked). Rounds A B B A; rates are per patch.
@@ -25,7 +26,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 from benchmarks.common import markdown_table
-from s3proxy import FaultProxy
+from benchmarks.objectstore_bench import ProxyProcess
+from s3client import filesystem_for
 from s3server import S3Server
 from torchloom.datasets import HyperspectralDataset
 from torchloom.io import ObjectStore, write_envi
@@ -55,7 +57,11 @@ def naive_patch(fs: Any, key: str, shape: tuple[int, int, int], row: int, col: i
 def cube_section(quick: bool = False) -> str:
     lines, samples, bands = (200, 200, 100) if quick else (1000, 1000, 200)
     patches_fast, patches_naive = (12, 2) if quick else (40, 3)
-    with tempfile.TemporaryDirectory() as folder, S3Server() as server, FaultProxy(server.endpoint) as proxy:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        S3Server() as server,
+        ProxyProcess(server.endpoint) as proxy,
+    ):
         bucket = server.make_bucket("cubes-bench")
         values = cube_values(lines, samples, bands)
         path = write_envi(os.path.join(folder, "scene.img"), values, interleave="bip")
@@ -65,7 +71,7 @@ def cube_section(quick: bool = False) -> str:
         fs.put(os.path.splitext(path)[0] + ".hdr", bucket.path("scene.hdr"))
         size = os.path.getsize(path)
         shape = (lines, samples, bands)
-        proxy.latency = LATENCY_S
+        proxy.set_latency(LATENCY_S)
         rng = np.random.default_rng(1)
         centres = zip(rng.integers(0, lines, 64).tolist(), rng.integers(0, samples, 64).tolist(), strict=True)
         mask = np.full((lines, samples), -1, np.int64)
@@ -77,7 +83,7 @@ def cube_section(quick: bool = False) -> str:
             ignore_label=-1, storage_options=store,
         )
         positions = [tuple(dataset[i]["position"]) for i in range(len(dataset))]
-        naive_fs = proxy.filesystem()
+        naive_fs = filesystem_for(proxy.storage_options)
 
         def fast_round() -> tuple[float, int]:
             began = time.perf_counter()

@@ -24,12 +24,17 @@ import asyncio
 import contextlib
 import os
 import re
+import time
+from collections import OrderedDict
 from typing import Any
 
 from torchloom.io.store_requests import Fetched
 
-# Presigned URLs are made per request and used at once: an hour is far longer than one waits.
+# A presigned URL is valid an hour, and used again for the same object for 5 minutes at most
+# (credentials that rotate are picked up by the next one); the last 1,024 are kept.
 _EXPIRES_S = 3600
+_REUSE_S = 300.0
+_KEPT_URLS = 1024
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _ERROR_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 # An error's body is read this far for its code (S3's are a few hundred bytes).
@@ -89,19 +94,15 @@ class PresignedGets:
         self.read_timeout = read_timeout
         self.pid = os.getpid()
         self._session: Any = None
+        # Presigned URLs made lately, by object URL (most recent last), with when to stop using them.
+        self._urls: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     async def get(self, url: str, start: int, end: int | None, unless: str | None) -> Fetched:
         """Bytes ``start`` to ``end`` (exclusive) of the object, one GET; as :func:`s3_get`."""
         import aiohttp  # s3fs's own dependencies: present wherever s3fs is
         import yarl
 
-        bucket, key, version = self.fs.split_path(url)
-        await self.fs.set_session()
-        client = await self.fs.get_s3(bucket)
-        params: dict[str, str] = {"Bucket": bucket, "Key": key}
-        if version:
-            params["VersionId"] = version
-        signed = await client.generate_presigned_url("get_object", Params=params, ExpiresIn=_EXPIRES_S)
+        signed = await self._signed(url)
         headers: dict[str, str] = {}
         if end is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"
@@ -133,6 +134,26 @@ class PresignedGets:
         if match is not None and match.group(3) != "*":
             return Fetched(data, int(match.group(3)), etag)
         return Fetched(data, None if "Range" in headers else len(data), etag)
+
+    async def _signed(self, url: str) -> str:
+        """A presigned URL of ``url``: one made in the last minutes for the same object (the ranges
+        of a cube's patch, a video's blocks), else a new one."""
+        now = time.monotonic()
+        kept = self._urls.get(url)
+        if kept is not None and kept[1] > now:
+            self._urls.move_to_end(url)
+            return kept[0]
+        bucket, key, version = self.fs.split_path(url)
+        await self.fs.set_session()
+        client = await self.fs.get_s3(bucket)
+        params: dict[str, str] = {"Bucket": bucket, "Key": key}
+        if version:
+            params["VersionId"] = version
+        signed: str = await client.generate_presigned_url("get_object", Params=params, ExpiresIn=_EXPIRES_S)
+        self._urls[url] = (signed, now + _REUSE_S)
+        if len(self._urls) > _KEPT_URLS:
+            self._urls.popitem(last=False)
+        return signed
 
     async def close(self) -> None:
         """Close the session (on the loop that made it)."""
