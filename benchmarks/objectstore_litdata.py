@@ -64,7 +64,10 @@ def main(step: str, *args: str) -> dict[str, Any]:
         # fsspec-style options (the indexer lists with fsspec); boto-style ones for its downloader.
         options = {"key": "any", "secret": "any", "client_kwargs": {"endpoint_url": endpoint}}
         dataset = litdata.StreamingRawDataset(url, storage_options=options, transform=decode)
-        loader = litdata.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=WORKERS)
+        # StreamingDataLoader takes StreamingDatasets only: a raw dataset is a map-style one.
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS)
         return timed_pass(loader)
     if step == "optimize":
         folder, output = args
