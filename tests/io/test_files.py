@@ -454,3 +454,21 @@ def test_arrow_reads_a_manifest_from_its_own_memory(tmp_path: Path, monkeypatch:
     for name in ("m.csv", "m.jsonl", "m.parquet"):
         assert read_table(tmp_path / name).column("image").to_pylist() == ["a.jpg"]
     assert len(sources) == 3 and all(isinstance(source, pa.NativeFile) for source in sources), sources
+
+
+def test_a_bug_under_an_object_store_read_surfaces_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fsspec
+
+    from torchloom.io import ObjectStore
+
+    fsspec.filesystem("memory").pipe("memory://bugs/a.bin", b"abc")
+    store = ObjectStore()
+    fs = store.filesystem("memory://bugs")
+
+    def broken(*args: object, **kwargs: object) -> bytes:
+        raise KeyError("a bug in code, not the store's failure")
+
+    monkeypatch.setattr(fs, "cat_file", broken)
+    with pytest.raises(KeyError, match="a bug in code"):
+        store.get("memory://bugs/a.bin")
+    assert store.stats.failed["KeyError"] == 1 and not store.stats.retried

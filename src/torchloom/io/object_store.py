@@ -353,7 +353,10 @@ class ObjectStore:
                     await asyncio.sleep(self._jitter.uniform(0, longest))  # full jitter: no herd
                     continue
                 self.stats.count_failure(why)
-                raise self._error(url, category, why, exc, attempt + 1) from exc
+                error = self._error(url, category, why, exc, attempt + 1)
+                if error is exc:
+                    raise  # a bug in this code, not the store's failure: as it is
+                raise error from exc
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     def _error(self, url: str, category: str, why: str, exc: Exception, attempts: int) -> Exception:
@@ -367,9 +370,12 @@ class ObjectStore:
             return UnreadableFileError(
                 url, f"the store failed {attempts} times ({why}, last: {exc}); it may be overloaded or down"
             )
-        # Whatever else the store's library raised (botocore's ParamValidationError for a key it
-        # cannot send, say) is this object's failure, typed and named, not the whole batch's.
-        return UnreadableFileError(url, f"{type(exc).__name__}: {exc}")
+        # Whatever else the store's libraries raised (botocore's ParamValidationError for a key it
+        # cannot send, say) is this object's failure, typed and named, not the whole batch's; an
+        # error of any other code is a bug and surfaces as it is.
+        if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _STORE_LIBRARIES:
+            return UnreadableFileError(url, f"{type(exc).__name__}: {exc}")
+        return exc
 
     def _run(self, fs: Any, work: Awaitable[T]) -> T:
         loop = getattr(fs, "loop", None) if getattr(fs, "async_impl", False) else None
@@ -378,6 +384,12 @@ class ObjectStore:
 
 async def _awaited(work: Awaitable[T]) -> T:
     return await work
+
+
+# The packages an fsspec filesystem's own errors come from.
+_STORE_LIBRARIES = frozenset(
+    {"botocore", "aiobotocore", "boto3", "s3fs", "aiohttp", "yarl", "fsspec", "gcsfs", "adlfs", "azure"}
+)
 
 
 def _speaks_s3(fs: Any) -> bool:
