@@ -14,14 +14,14 @@ from typing_extensions import Unpack
 from torchloom.datasets.base import IndexedDataset, Slot
 from torchloom.datasets.discovery import IMAGE_EXTENSIONS, find_samples
 from torchloom.datasets.index import DatasetReport, SampleIndex, check_image_file, keep_valid, validate_files
-from torchloom.datasets.listing import PrefixListing
+from torchloom.datasets.listing import walked_root
 from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
 from torchloom.datasets.shared_index import built_once, shares_index
 from torchloom.datasets.walk import require_folder
 from torchloom.errors import EmptyDatasetError, ValidationFailedError
 from torchloom.io.files import Inside
 from torchloom.io.image import DEFAULT_MAX_PIXELS
-from torchloom.io.objects import ObjectRoot, ObjectStore
+from torchloom.io.objects import ObjectStore
 
 
 class FolderDataset(IndexedDataset):
@@ -151,11 +151,8 @@ def _index_folder(
 ) -> _FolderIndex:
     """List ``root`` (a folder or a prefix URL), keep the images that validate, and report the rest."""
     read_root = indexing.read_root(root, store)
-    lister = None
-    if isinstance(read_root, ObjectRoot):
-        root = read_root.url
-        lister = PrefixListing(read_root, progress=indexing.progress)
-    else:
+    root, lister = walked_root(root, read_root, progress=indexing.progress)
+    if lister is None:
         require_folder(root, "FolderDataset root ")
     found = find_samples(
         root,

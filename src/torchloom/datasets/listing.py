@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from torchloom.datasets.walk import FolderEntry
 from torchloom.errors import MissingFileError
+from torchloom.io.files import Inside
 from torchloom.io.object_urls import relative_key
 from torchloom.io.objects import ObjectRoot
 
@@ -99,6 +100,20 @@ class PrefixListing:
     def __len__(self) -> int:
         """The number of objects listed."""
         return self._count
+
+
+def walked_root(root: str, read_root: Inside, *, progress: bool) -> tuple[str, PrefixListing | None]:
+    """The root as the walk names it and the listing it walks: a store's prefix (its URL as the
+    :class:`~torchloom.io.ObjectRoot` normalised it) listed once, or a local folder as given, with
+    no listing (``os.scandir`` walks it).
+
+    Example:
+        >>> walked_root("/data/train", "/data/train", progress=False)
+        ('/data/train', None)
+    """
+    if isinstance(read_root, ObjectRoot):
+        return read_root.url, PrefixListing(read_root, progress=progress)
+    return root, None
 
 
 def _name_of(entry: ObjectEntry) -> str:

@@ -32,7 +32,7 @@ from torchloom.datasets.index import (
     keep_valid,
     validate_files,
 )
-from torchloom.datasets.listing import PrefixListing
+from torchloom.datasets.listing import walked_root
 from torchloom.datasets.manifest import _load_manifest
 from torchloom.datasets.options import IndexingOptions, IndexingSettings, indexing_settings
 from torchloom.errors import ConfigError, DataError, EmptyDatasetError, MissingFileError, UsageError
@@ -188,11 +188,8 @@ def _from_folder(
     store: ObjectStore,
 ) -> FoundFiles:
     read_root = indexing.read_root(root, store)
-    lister = None
-    if isinstance(read_root, ObjectRoot):
-        root = read_root.url
-        lister = PrefixListing(read_root, progress=indexing.progress)
-    elif not os.path.isdir(root):
+    root, lister = walked_root(root, read_root, progress=indexing.progress)
+    if lister is None and not os.path.isdir(root):
         suffixes = ", ".join(MANIFEST_SUFFIXES)
         raise MissingFileError(
             f"{root!r} is neither a folder nor a manifest ({suffixes}); pass single files as a list of paths"

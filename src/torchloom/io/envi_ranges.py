@@ -27,7 +27,7 @@ import numpy as np
 from torchloom.errors import DecodeError
 from torchloom.io.envi_header import EnviHeader
 from torchloom.io.objects import ObjectRoot
-from torchloom.io.ranged_file import fetch_range, fetch_ranges
+from torchloom.io.ranged_file import fetch_ranges
 
 #: Runs of a window this close (in bytes) are fetched in one range.
 MERGE_GAP = 8 << 10
@@ -47,7 +47,7 @@ def object_size(root: ObjectRoot, url: str) -> int:
         >>> object_size(ObjectRoot("memory://envi", ObjectStore()), "memory://envi/b.img")
         10
     """
-    fetched = fetch_range(root, url, 0, 1)
+    fetched = root.fetch(url, 0, 1)
     return fetched.size if fetched.size is not None else root.info(url).size
 
 

@@ -102,11 +102,24 @@ class ObjectRoot:
         return self.checked(path, fetched).data
 
     def read_range(self, path: str, offset: int, length: int, *, inside: str | None) -> bytes:
-        path = normal_url(path)
-        self.check(path)
         if length == 0:  # a check that it is there: one byte, whose response names the version
-            return self.checked(path, self.store.get(path, offset, offset + 1)).data[:0]
-        return self.checked(path, self.store.get(path, offset, offset + length)).data
+            return self.fetch(path, offset, offset + 1).data[:0]
+        return self.fetch(path, offset, offset + length).data
+
+    def fetch(self, url: str, start: int, end: int) -> Fetched:
+        """Bytes ``start`` to ``end`` (exclusive) of ``url`` in one ranged GET, confined and
+        checked against the object as first read, with its size and ETag where the store says them.
+
+        Example:
+            >>> import fsspec
+            >>> from torchloom.io import ObjectRoot, ObjectStore
+            >>> fsspec.filesystem("memory").pipe("memory://ranged/b.bin", b"abcdef")
+            >>> ObjectRoot("memory://ranged", ObjectStore()).fetch("memory://ranged/b.bin", 1, 3).data
+            b'bc'
+        """
+        url = normal_url(url)
+        self.check(url)
+        return self.checked(url, self.store.get(url, start, end))
 
     def open(self, path: str, *, inside: str | None) -> BinaryIO:
         """A :class:`~torchloom.io.ranged_file.RangedFile`: each read that misses its blocks one

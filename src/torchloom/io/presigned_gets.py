@@ -28,14 +28,13 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from torchloom.io.store_requests import Fetched
+from torchloom.io.store_requests import Fetched, fetched_from, range_header
 
 # A presigned URL is valid an hour, and used again for the same object for 5 minutes at most
 # (credentials that rotate are picked up by the next one); the last 1,024 are kept.
 _EXPIRES_S = 3600
 _REUSE_S = 300.0
 _KEPT_URLS = 1024
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _ERROR_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 # An error's body is read this far for its code (S3's are a few hundred bytes).
 _ERROR_BODY_BYTES = 4096
@@ -104,10 +103,9 @@ class PresignedGets:
 
         signed = await self._signed(url)
         headers: dict[str, str] = {}
-        if end is not None:
-            headers["Range"] = f"bytes={start}-{end - 1}"
-        elif start:
-            headers["Range"] = f"bytes={start}-"
+        asked = range_header(start, end)
+        if asked is not None:
+            headers["Range"] = asked
         if unless is not None:
             headers["If-None-Match"] = unless
         if self._session is None:
@@ -128,12 +126,9 @@ class PresignedGets:
             data = await response.read()
             etag = response.headers.get("ETag")
             content_range = response.headers.get("Content-Range")
-        if "Range" in headers and status == 200:  # a store that ignores Range sends the whole object
-            return Fetched(data[start:end], len(data), etag)
-        match = _CONTENT_RANGE.match(content_range) if content_range else None
-        if match is not None and match.group(3) != "*":
-            return Fetched(data, int(match.group(3)), etag)
-        return Fetched(data, None if "Range" in headers else len(data), etag)
+        return fetched_from(
+            data, start, end, ranged=asked is not None, status=status, content_range=content_range, etag=etag
+        )
 
     async def _signed(self, url: str) -> str:
         """A presigned URL of ``url``: one made in the last minutes for the same object (the ranges

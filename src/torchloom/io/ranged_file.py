@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from torchloom.errors import ObjectChangedError
-from torchloom.io.store_requests import Fetched
 
 if TYPE_CHECKING:  # the root's own module opens objects as RangedFile
     from torchloom.io.objects import ObjectRoot
@@ -42,20 +41,6 @@ BLOCK_BYTES = 64 << 10
 MAX_READAHEAD_BYTES = 8 << 20
 #: Small blocks (at most :data:`BLOCK_BYTES`) held besides the current one: a container's headers.
 KEPT_BLOCKS = 3
-
-
-def fetch_range(root: ObjectRoot, url: str, start: int, end: int) -> Fetched:
-    """Bytes ``start`` to ``end`` (exclusive) of ``url`` in one ranged GET, with the object's size.
-
-    Example:
-        >>> import fsspec
-        >>> from torchloom.io import ObjectRoot, ObjectStore
-        >>> fsspec.filesystem("memory").pipe("memory://ranged/b.bin", b"abcdef")
-        >>> fetch_range(ObjectRoot("memory://ranged", ObjectStore()), "memory://ranged/b.bin", 1, 3).data
-        b'bc'
-    """
-    root.check(url)
-    return root.checked(url, root.store.get(url, start, end))
 
 
 def fetch_ranges(root: ObjectRoot, url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -185,7 +170,7 @@ class RangedFile(io.RawIOBase):
             end = max(end, start + self._readahead(start))
         if self._size is not None:
             end = min(end, self._size)
-        fetched = fetch_range(self.root, self.url, start, end)
+        fetched = self.root.fetch(self.url, start, end)
         if not fetched.data and self._size is not None and start < self._size:
             raise ObjectChangedError(
                 self.url, f"it was {self._size:,} bytes and now ends before byte {start:,} (rewritten)"

@@ -236,10 +236,9 @@ async def s3_get(fs: Any, url: str, start: int, end: int | None, unless: str | N
     current (``If-None-Match``: the store answers 304)."""
     bucket, key, version = fs.split_path(url)
     extra: dict[str, str] = {}
-    if end is not None:
-        extra["Range"] = f"bytes={start}-{end - 1}"
-    elif start:
-        extra["Range"] = f"bytes={start}-"
+    asked = range_header(start, end)
+    if asked is not None:
+        extra["Range"] = asked
     if version:
         extra["VersionId"] = version
     if unless is not None:
@@ -250,12 +249,46 @@ async def s3_get(fs: Any, url: str, start: int, end: int | None, unless: str | N
         data = await body.read()
     finally:
         body.close()
-    etag = response.get("ETag")
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if "Range" in extra and status == 200:  # a store that ignores Range sends the whole object
+    return fetched_from(
+        data, start, end, ranged=asked is not None, status=status,
+        content_range=response.get("ContentRange"), etag=response.get("ETag"),
+    )
+
+
+def range_header(start: int, end: int | None) -> str | None:
+    """The ``Range`` header of bytes ``start`` to ``end`` (exclusive; None: to the end), or None
+    for a whole object.
+
+    Example:
+        >>> range_header(0, 10), range_header(5, None), range_header(0, None)
+        ('bytes=0-9', 'bytes=5-', None)
+    """
+    if end is not None:
+        return f"bytes={start}-{end - 1}"
+    return f"bytes={start}-" if start else None
+
+
+def fetched_from(
+    data: bytes,
+    start: int,
+    end: int | None,
+    *,
+    ranged: bool,
+    status: int | None,
+    content_range: object,
+    etag: str | None,
+) -> Fetched:
+    """What a GET's successful response says: the bytes asked for, with the object's size from
+    ``Content-Range`` (or the body's length for a whole object), however the GET was sent.
+
+    Example:
+        >>> fetched_from(b"abc", 0, 3, ranged=True, status=206, content_range="bytes 0-2/10", etag='"e"').size
+        10
+    """
+    if ranged and status == 200:  # a store that ignores Range sends the whole object
         return Fetched(data[start:end], len(data), etag)
-    content_range = response.get("ContentRange")
     match = _CONTENT_RANGE.match(content_range) if isinstance(content_range, str) else None
     if match is not None and match.group(3) != "*":
         return Fetched(data, int(match.group(3)), etag)
-    return Fetched(data, None if "Range" in extra else len(data), etag)
+    return Fetched(data, None if ranged else len(data), etag)
